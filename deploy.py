@@ -1,0 +1,157 @@
+"""llama-rpc-deploy: one llama.cpp server from GPUs in different computers.
+
+    pyinfra inventory.py deploy.py
+
+In order:
+  1. check every setting and what the hosts have (before anything changes)
+  2. workers: get ready to receive the image
+  3. coordinator: build the image once (skipped when that exact image exists)
+  4. coordinator: stream it to every worker that lacks it (docker save | zstd | ssh | docker load)
+  5. workers: rpc-server as a systemd service
+  6. coordinator: llama-server as a systemd service, after its workers; wait for /health
+The logic lives in llama_rpc_deploy/ (settings, plan, render); this file only says what goes where.
+"""
+from io import StringIO
+
+from pyinfra import host, inventory
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import DeployError
+from pyinfra.facts.files import File
+from pyinfra.operations import files, server, systemd
+
+from llama_rpc_deploy import deployment, facts, render
+from llama_rpc_deploy.plan import FILES
+from llama_rpc_deploy.settings import SettingsError
+
+try:
+    dep = deployment.load(inventory, inventory_file=deployment.inventory_file())
+except (SettingsError, FileNotFoundError) as error:
+    raise DeployError(str(error)) from None
+
+ROLE = dep.role(host.name)
+ME = dep.host(host.name) if ROLE != "none" else None
+COORDINATOR = inventory.get_host(dep.cluster.coordinator.name)
+BUILD_DIR = f"{dep.cluster.settings['state_dir']}/build"
+TRANSFER_KEY = "/etc/llama-rpc/transfer_key"
+KNOWN_HOSTS = "/etc/llama-rpc/known_hosts"
+
+
+def check_host():
+    """Stop before any change when this host lacks what the deploy needs."""
+    missing = host.get_fact(facts.MissingCommands, names=("docker", "zstd", "systemctl", "bash"))
+    if missing:
+        raise DeployError(f"{host.name}: {', '.join(missing)} not found: install them first (Docker Engine, zstd)")
+    if ROLE == "coordinator":
+        model = ME.settings["llama_model_path"]
+        if not host.get_fact(File, path=model):
+            raise DeployError(f"llama_model_path = {model!r}: no such file on the coordinator {host.name}")
+    if ROLE == "worker" and not host.get_fact(facts.SshHostKey):
+        raise DeployError(f"{host.name}: no /etc/ssh/ssh_host_ed25519_key.pub: the coordinator needs it to send the image")
+
+
+def put(path, content, mode="644"):
+    return files.put(name=f"Install {path}", src=StringIO(content), dest=path, mode=mode)
+
+
+@deploy("Prepare the worker to receive the image")
+def prepare_worker():
+    s = ME.settings
+    files.directory(name="Launch script folder", path=s["deploy_dir"], mode="755")
+    files.directory(name="rpc-server tensor cache (kept across deploys)", path=s["rpc_cache_dir"], mode="755")
+    files.put(name="Image receiver", src=str(FILES / "receive-image.sh"), dest=f"{s['deploy_dir']}/receive-image.sh",
+              mode="755")
+    public = dep.transfer_key.with_suffix(".pub").read_text().strip()
+    files.directory(name="root's .ssh", path="/root/.ssh", mode="700")
+    files.line(name="Accept the coordinator's transfer key, for image loads only",
+               path="/root/.ssh/authorized_keys",
+               line=f'restrict,command="{s["deploy_dir"]}/receive-image.sh" {public}',
+               replace=f'restrict,command="{s["deploy_dir"]}/receive-image.sh" {public}')
+
+
+@deploy("Build the image once, on the coordinator")
+def build_image():
+    files.directory(name="Build context", path=BUILD_DIR, mode="755")
+    for name in ("Dockerfile", "entrypoint.sh"):
+        files.put(name=f"Build context: {name}", src=str(FILES / name), dest=f"{BUILD_DIR}/{name}", mode="644")
+    if dep.source.local_tarball:
+        files.put(name="llama.cpp source (uploaded)", src=str(dep.source.local_tarball),
+                  dest=f"{BUILD_DIR}/llama.cpp.tar.gz", mode="644")
+    else:
+        files.download(name=f"llama.cpp source ({dep.cluster.settings['llama_cpp_ref']})", src=dep.source.url,
+                       dest=f"{BUILD_DIR}/llama.cpp.tar.gz")
+    if host.get_fact(facts.DockerImageId, image=dep.image) is None:
+        args = " ".join(f"--build-arg {k}='{v}'" for k, v in sorted(dep.cluster.build_args(dep.source).items()))
+        server.shell(name=f"Build {dep.image}",
+                     commands=[f"cd {BUILD_DIR} && DOCKER_BUILDKIT=1 docker build --progress=plain {args} "
+                               f"--tag {dep.image} ."])
+
+
+@deploy("Carry the image to the workers")
+def distribute_image():
+    files.directory(name="/etc/llama-rpc", path="/etc/llama-rpc", mode="700")
+    files.put(name="Image-transfer key", src=str(dep.transfer_key), dest=TRANSFER_KEY, mode="600")
+    known = []
+    for worker in dep.cluster.workers:
+        key = inventory.get_host(worker.name).get_fact(facts.SshHostKey)
+        port = worker.settings["transfer_ssh_port"] or worker.settings.get("ssh_port") or inventory.get_host(
+            worker.name).data.get("ssh_port", 22)
+        known.append(f"[{worker.address}]:{port} {key}")
+    put(KNOWN_HOSTS, "\n".join(known) + "\n", mode="600")
+
+    mine = host.get_fact(facts.DockerImageId, image=dep.image)
+    for worker in dep.cluster.workers:
+        theirs = inventory.get_host(worker.name).get_fact(facts.DockerImageId, image=dep.image)
+        if mine is not None and theirs == mine:
+            continue  # same image ID already there: send nothing
+        whost = inventory.get_host(worker.name)
+        port = worker.settings["transfer_ssh_port"] or whost.data.get("ssh_port", 22)
+        server.shell(
+            name=f"Send {dep.image} to {worker.name}",
+            commands=[
+                "set -o pipefail; "
+                f"id=$(docker image inspect --format '{{{{.Id}}}}' {dep.image}) && "
+                f"docker save \"$id\" | zstd -T0 -3 -c | "
+                f"ssh -i {TRANSFER_KEY} -o BatchMode=yes -o IdentitiesOnly=yes -o StrictHostKeyChecking=yes "
+                f"-o UserKnownHostsFile={KNOWN_HOSTS} -p {port} root@{worker.address} \"receive $id {dep.image}\""],
+            _shell_executable="bash",
+        )
+
+
+@deploy("rpc-server on the worker")
+def install_worker():
+    changed = [put(path, content, mode="755" if path.endswith(".sh") else "644")
+               for path, content in render.worker_files(dep.cluster, ME, dep.image).items()]
+    systemd.service(name="rpc-server running and enabled", service=render.WORKER_UNIT, running=True, enabled=True,
+                    restarted=any(op.will_change for op in changed),
+                    daemon_reload=changed[-1].will_change)
+
+
+@deploy("llama-server on the coordinator")
+def install_coordinator():
+    s = ME.settings
+    changed = [put(path, content, mode="755" if path.endswith(".sh") else "644")
+               for path, content in render.coordinator_files(dep.cluster, dep.image).items()]
+    service = systemd.service(name="llama-server running and enabled", service=render.COORDINATOR_UNIT,
+                              running=True, enabled=True, restarted=any(op.will_change for op in changed),
+                              daemon_reload=changed[-1].will_change)
+    url = f"http://{s['llama_host'] or ME.address}:{s['llama_port']}/health"
+    server.shell(
+        name=f"Wait for {url} (at most {s['llama_health_timeout']} s)",
+        commands=[f"for i in $(seq {s['llama_health_timeout']}); do "
+                  f"docker exec llama-server curl -fsS --max-time 5 {url} && exit 0; sleep 1; done; "
+                  f"journalctl -u {render.COORDINATOR_UNIT} -n 40 --no-pager; exit 1"],
+        _if=service.did_change,
+    )
+
+
+if ROLE != "none":
+    check_host()
+if ROLE == "worker":
+    prepare_worker()
+if ROLE == "coordinator":
+    build_image()
+    distribute_image()
+if ROLE == "worker":
+    install_worker()
+if ROLE == "coordinator":
+    install_coordinator()

@@ -1,0 +1,10 @@
+#!/bin/sh
+# One stable entry point per role, whatever the llama.cpp tree called its binaries.
+set -e
+role="${1:-}"
+case "$role" in
+  server) shift; exec /app/llama-server "$@" ;;
+  rpc)    shift; exec /app/rpc-server "$@" ;;
+  version) exec /app/llama-server --version ;;
+  *) echo "usage: IMAGE server|rpc|version [ARGS...]" >&2; exit 64 ;;
+esac

@@ -1,0 +1,27 @@
+# A lab "host": behaves like a real machine for the deploy.
+# systemd is PID 1, sshd listens on 22, and the host runs its own dockerd
+# (with /var/lib/docker on a Docker volume so it can use overlay2).
+# Built FROM the debootstrap base image that `lab up` imports (no registry here).
+ARG BASE_IMAGE=llama-rpc-lab/debian:bookworm
+FROM ${BASE_IMAGE}
+
+ENV container=docker DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      systemd systemd-sysv dbus openssh-server docker.io iptables iproute2 \
+      ca-certificates curl zstd procps netcat-openbsd \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* \
+ # every lab host gets its own SSH host keys at first boot, not the image's
+ && rm -f /etc/ssh/ssh_host_* \
+ && mkdir -p /etc/systemd/system/ssh.service.d /root/.ssh && chmod 700 /root/.ssh \
+ && printf '[Service]\nExecStartPre=\nExecStartPre=/usr/bin/ssh-keygen -A\nExecStartPre=/usr/sbin/sshd -t\n' \
+      > /etc/systemd/system/ssh.service.d/hostkeys.conf \
+ && printf 'PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\n' \
+      > /etc/ssh/sshd_config.d/lab.conf \
+ # units that make no sense in a container
+ && systemctl mask systemd-udevd.service systemd-udevd-kernel.socket systemd-udevd-control.socket \
+      getty.target console-getty.service systemd-logind.service systemd-firstboot.service \
+ && systemctl enable ssh.service docker.service
+
+STOPSIGNAL SIGRTMIN+3
+CMD ["/sbin/init"]

@@ -1,0 +1,79 @@
+"""python -m llama_rpc_deploy COMMAND
+
+  lab up [--workers N]     the local lab (containers that behave like hosts); writes .lab/inventory.py
+  lab down                 remove everything the lab made
+  lab pin | lab unpin      each lab host on its own core (for measurements) / back on all cores
+  complete [-i INVENTORY]  ask the deployed llama-server for a completion; print it and tokens/s
+  settings                 the settings table (Markdown), from the schema
+  model OUT.gguf           write a small random-weight llama GGUF
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.request
+from pathlib import Path
+
+from . import lab, settings
+from .deployment import offline_cluster
+from .settings import SettingsError
+from .testmodel import main as model_main
+
+
+def server_url(inventory: Path) -> str:
+    cluster = offline_cluster(inventory)
+    s = cluster.settings
+    return f"http://{s['llama_host'] or cluster.coordinator.address}:{s['llama_port']}"
+
+
+def complete(inventory: Path, prompt: str, n_predict: int, timeout: float = 300) -> dict:
+    body = json.dumps({"prompt": prompt, "n_predict": n_predict, "cache_prompt": False}).encode()
+    request = urllib.request.Request(server_url(inventory) + "/completion", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.load(response)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m llama_rpc_deploy", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_lab = sub.add_parser("lab")
+    p_lab.add_argument("action", choices=("up", "down", "pin", "unpin"))
+    p_lab.add_argument("--workers", type=int, default=1)
+    p_complete = sub.add_parser("complete")
+    p_complete.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
+    p_complete.add_argument("--prompt", default="Two computers, one model:")
+    p_complete.add_argument("-n", "--n-predict", type=int, default=32)
+    sub.add_parser("settings")
+    p_model = sub.add_parser("model")
+    p_model.add_argument("rest", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "lab":
+            if args.action == "up":
+                print(lab.up(workers=args.workers))
+            elif args.action == "down":
+                lab.down()
+            else:
+                lab.pin(unpin=args.action == "unpin")
+        elif args.command == "complete":
+            result = complete(args.inventory, args.prompt, args.n_predict)
+            t = result.get("timings", {})
+            print(f"prompt: {args.prompt!r}")
+            print(f"completion: {result.get('content', '')!r}")
+            print(f"{t.get('predicted_n', 0)} tokens at {t.get('predicted_per_second', 0):.1f} tokens/s "
+                  f"(prompt {t.get('prompt_n', 0)} tokens at {t.get('prompt_per_second', 0):.1f} tokens/s)")
+        elif args.command == "settings":
+            print(settings.settings_table())
+        elif args.command == "model":
+            model_main(args.rest)
+    except SettingsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""What deploy.py works from: the checked cluster, the llama.cpp source, the image tag.
+
+Built once per pyinfra run from the loaded inventory, before any operation, so a
+bad setting stops the deploy before the first host is touched.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .plan import Cluster, HostPlan, host_plan, make_cluster
+from .settings import Layer
+from .source import Source, resolve_source
+
+PROJECT = Path(__file__).resolve().parent.parent
+STATE = PROJECT / ".state"  # on the control machine: packed sources, the image-transfer key
+
+
+@dataclass(frozen=True)
+class Deployment:
+    cluster: Cluster
+    source: Source
+    image: str  # name:tag, the same on every host
+    transfer_key: Path  # private key the coordinator uses to send the image to the workers
+
+    def role(self, name: str) -> str:
+        if name == self.cluster.coordinator.name:
+            return "coordinator"
+        if any(w.name == name for w in self.cluster.workers):
+            return "worker"
+        return "none"
+
+    def host(self, name: str) -> HostPlan:
+        return next(h for h in (self.cluster.coordinator, *self.cluster.workers) if h.name == name)
+
+
+def layers_for(inventory, name: str, inventory_file: str) -> list[Layer]:
+    """pyinfra's data layers for one host, highest first, each labelled with where it came from."""
+    host = inventory.get_host(name)
+    layers = [Layer("--data on the command line", dict(inventory.get_override_data())),
+              Layer(f"{inventory_file} (host {name})", dict(inventory.get_host_data(name)))]
+    for group in reversed(host.groups):
+        if group != "all":
+            layers.append(Layer(f"group_data/{group}.py", dict(inventory.get_group_data(group))))
+    layers.append(Layer("group_data/all.py", dict(inventory.get_data())))
+    return layers
+
+
+def transfer_key(state_dir: Path = STATE) -> Path:
+    """An ed25519 key pair made once on the control machine; the workers accept it only for image loads."""
+    key = state_dir / "transfer_ed25519"
+    if not key.exists():
+        state_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "llama-rpc-deploy image transfer",
+                        "-f", str(key)], check=True)
+    return key
+
+
+def inventory_file() -> str:
+    """The inventory file pyinfra was given (the first .py argument), for error messages."""
+    return next((a for a in sys.argv[1:] if a.endswith(".py")), "inventory.py")
+
+
+def load(inventory, inventory_file: str = "inventory.py") -> Deployment:
+    groups = {g: [h.name for h in inventory.get_group(g, [])] for g in ("coordinator", "workers")}
+    coordinators = [host_plan(n, layers_for(inventory, n, inventory_file)) for n in groups["coordinator"]]
+    workers = [host_plan(n, layers_for(inventory, n, inventory_file)) for n in groups["workers"]]
+    cluster = make_cluster(coordinators, workers, inventory_file)
+    s = cluster.settings
+    source = resolve_source(s["llama_cpp_source"], s["llama_cpp_ref"], STATE / "sources")
+    return Deployment(cluster=cluster, source=source, image=cluster.image_tag(source), transfer_key=transfer_key())
+
+
+# --- the same data without pyinfra: for `complete`, `settings` and the testinfra suite ---
+
+def _python_data(path: Path) -> dict:
+    """The public names a group_data/inventory file defines (pyinfra's rule: no dunders, no modules)."""
+    import runpy
+    import types
+
+    if not path.is_file():
+        return {}
+    return {k: v for k, v in runpy.run_path(str(path)).items()
+            if not k.startswith("__") and not isinstance(v, (types.ModuleType, types.FunctionType, type))}
+
+
+def read_inventory(inventory_path: Path) -> dict[str, list[tuple[str, dict]]]:
+    """{"coordinator": [(name, host data)], "workers": [...]} from an inventory file."""
+    data = _python_data(inventory_path)
+    return {group: [(h, {}) if isinstance(h, str) else (h[0], dict(h[1])) for h in data.get(group, [])]
+            for group in ("coordinator", "workers")}
+
+
+def offline_cluster(inventory_path: Path, group_data: Path = PROJECT / "group_data") -> Cluster:
+    """The Cluster as deploy.py computes it, read from the files alone (same layers, same checks)."""
+    groups = read_inventory(inventory_path)
+    all_data = _python_data(group_data / "all.py")
+    plans = {}
+    for group, hosts in groups.items():
+        group_layer = Layer(f"group_data/{group}.py", _python_data(group_data / f"{group}.py"))
+        plans[group] = [host_plan(name, [Layer(f"{inventory_path} (host {name})", data), group_layer,
+                                         Layer("group_data/all.py", all_data)]) for name, data in hosts]
+    return make_cluster(plans["coordinator"], plans["workers"], str(inventory_path))

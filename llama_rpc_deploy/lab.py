@@ -1,0 +1,288 @@
+"""The local lab: a coordinator and workers as local containers that behave like real hosts.
+
+Each lab host boots systemd as PID 1, runs sshd with its own host keys and its
+own dockerd (its /var/lib/docker on a Docker volume, so it uses overlay2), on
+a private Docker network with an explicit subnet. The deploy reaches them over
+SSH exactly as it reaches real machines. `lab up` writes .lab/inventory.py.
+
+What the lab adds that real hosts would already have: a base image inside the
+coordinator's dockerd (there is no registry to pull from here), a model file
+on the coordinator (generated, random weights), and the llama.cpp source tree
+from the llama-cpp-python sdist on PyPI (built offline).
+
+    python -m llama_rpc_deploy lab up [--workers N]
+    python -m llama_rpc_deploy lab pin      (each host on its own core, for measurements)
+    python -m llama_rpc_deploy lab down
+"""
+from __future__ import annotations
+
+import json
+import os
+import pprint
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .testmodel import Shape, write_model
+
+PROJECT = Path(__file__).resolve().parent.parent
+LAB_DIR = PROJECT / ".lab"
+CACHE = PROJECT / ".cache"
+PREFIX = "llama-rpc-lab"
+NETWORK = PREFIX
+SUBNET = "172.30.57.0/24"
+FIRST_IP = 10  # coordinator .10, workers .11, .12, ...
+BASE_IMAGE = f"{PREFIX}/debian:bookworm"
+HOST_IMAGE = f"{PREFIX}/host:bookworm"
+SDIST = "llama-cpp-python==0.3.36"
+MODEL = "/models/lab.gguf"
+MODEL_SHAPE = Shape(n_layer=8, n_embd=512, n_head=8, n_head_kv=4, n_ff=1536)
+# Flags that let systemd and a nested dockerd run in a container without --privileged (checked on this machine).
+HOST_FLAGS = ["--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
+              "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
+              "--security-opt", "systempaths=unconfined", "--cgroupns=host",
+              "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--tmpfs", "/run", "--tmpfs", "/run/lock"]
+LABEL = "io.llama-rpc-deploy.lab=1"
+
+
+def log(message: str) -> None:
+    print(f"lab: {message}", file=sys.stderr, flush=True)
+
+
+def docker(*args: str, check: bool = True, capture: bool = True, input: bytes | None = None, env=None) -> str:
+    result = subprocess.run(["docker", *args], check=False, capture_output=capture, input=input,
+                            env={**os.environ, **(env or {})})
+    if check and result.returncode != 0:
+        err = result.stderr.decode(errors="replace") if capture else ""
+        raise RuntimeError(f"docker {' '.join(args)} failed ({result.returncode}): {err.strip()}")
+    return result.stdout.decode(errors="replace").strip() if capture else ""
+
+
+def exists(kind: str, name: str) -> bool:
+    return subprocess.run(["docker", kind, "inspect", name], capture_output=True).returncode == 0
+
+
+def host_names(workers: int) -> list[str]:
+    return ["coordinator"] + [f"worker{i}" for i in range(1, workers + 1)]
+
+
+def ip_of(index: int) -> str:
+    return SUBNET.rsplit(".", 1)[0] + f".{FIRST_IP + index}"
+
+
+def ensure_images() -> None:
+    """The debootstrap base image (no registry here) and the host image built on it."""
+    if not exists("image", BASE_IMAGE):
+        log(f"making {BASE_IMAGE} with debootstrap (about a minute)")
+        with tempfile.TemporaryDirectory(prefix="lab-rootfs-") as rootfs:
+            subprocess.run(["debootstrap", "--variant=minbase", "bookworm", rootfs, "http://deb.debian.org/debian"],
+                           check=True, stdout=subprocess.DEVNULL)
+            tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
+            subprocess.run(["docker", "import", "--change", 'CMD ["/bin/bash"]', "-", BASE_IMAGE],
+                           stdin=tar.stdout, check=True, stdout=subprocess.DEVNULL)
+            if tar.wait() != 0:
+                raise RuntimeError("tar of the debootstrap tree failed")
+    if not exists("image", HOST_IMAGE) or _host_image_stale():
+        log(f"building {HOST_IMAGE}")
+        docker("build", "--quiet", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "--label", f"lab.dockerfile={_host_dockerfile_hash()}",
+               "-f", str(PROJECT / "lab" / "host.Dockerfile"), "-t", HOST_IMAGE, str(PROJECT / "lab"),
+               env={"DOCKER_BUILDKIT": "0"})
+
+
+def _host_dockerfile_hash() -> str:
+    import hashlib
+    return hashlib.sha256((PROJECT / "lab" / "host.Dockerfile").read_bytes()).hexdigest()[:12]
+
+
+def _host_image_stale() -> bool:
+    labels = docker("image", "inspect", "--format", "{{json .Config.Labels}}", HOST_IMAGE)
+    return (json.loads(labels) or {}).get("lab.dockerfile") != _host_dockerfile_hash()
+
+
+def ensure_sdist() -> Path:
+    """The llama-cpp-python sdist from PyPI, unpacked: its vendor/llama.cpp is the lab's llama.cpp source."""
+    name = SDIST.replace("-", "_").replace("==", "-")
+    tree = CACHE / name
+    if (tree / "vendor" / "llama.cpp" / "ggml" / "CMakeLists.txt").is_file():
+        return tree
+    CACHE.mkdir(parents=True, exist_ok=True)
+    log(f"downloading the {SDIST} sdist (its vendor/llama.cpp is the lab's source)")
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                        "-d", tmp, SDIST], check=True)
+        archive = next(Path(tmp).glob("*.tar.gz"))
+        subprocess.run(["tar", "-xzf", str(archive), "-C", tmp], check=True)
+        shutil.rmtree(tree, ignore_errors=True)
+        Path(tmp, name).rename(tree)
+    return tree
+
+
+def ensure_key() -> Path:
+    key = LAB_DIR / "id_ed25519"
+    if not key.exists():
+        LAB_DIR.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "llama-rpc-lab", "-f", str(key)], check=True)
+    return key
+
+
+def ensure_network() -> None:
+    if not exists("network", NETWORK):
+        docker("network", "create", "--subnet", SUBNET, "--label", LABEL, NETWORK)
+
+
+def ensure_host(index: int, name: str) -> str:
+    container = f"{PREFIX}-{name}"
+    if exists("container", container):
+        if docker("inspect", "--format", "{{.State.Running}}", container) != "true":
+            docker("start", container)
+        return container
+    args = ["run", "-d", "--name", container, "--hostname", name, "--label", LABEL,
+            "--network", NETWORK, "--ip", ip_of(index), *HOST_FLAGS,
+            "-v", f"{container}-docker:/var/lib/docker"]
+    docker(*args, HOST_IMAGE)
+    return container
+
+
+def wait_ready(container: str, timeout: float = 120) -> None:
+    """systemd up, sshd and dockerd answering."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        probe = subprocess.run(["docker", "exec", container, "sh", "-c",
+                                "systemctl is-active --quiet ssh docker && test -s /etc/ssh/ssh_host_ed25519_key.pub && docker info >/dev/null 2>&1"],
+                               capture_output=True)
+        if probe.returncode == 0:
+            return
+        time.sleep(1)
+    raise RuntimeError(f"{container}: sshd and dockerd not up within {timeout:.0f} s "
+                       f"(docker exec {container} systemctl --failed)")
+
+
+def authorize(container: str, key: Path) -> None:
+    public = key.with_suffix(".pub").read_text().strip()
+    docker("exec", container, "sh", "-c",
+           f"mkdir -p /root/.ssh && chmod 700 /root/.ssh && touch /root/.ssh/authorized_keys && "
+           f"grep -qxF '{public}' /root/.ssh/authorized_keys || echo '{public}' >> /root/.ssh/authorized_keys")
+
+
+def host_key_line(container: str, ip: str) -> str:
+    """Read the host key from inside the container (no network scan): the known_hosts line for it."""
+    key = docker("exec", container, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()
+    return f"{ip} {key[0]} {key[1]}"
+
+
+def preload_base_image(container: str) -> None:
+    """The coordinator builds FROM the lab's base image; with no registry it has to be loaded in."""
+    wanted = docker("image", "inspect", "--format", "{{.Id}}", BASE_IMAGE)
+    have = subprocess.run(["docker", "exec", container, "docker", "image", "inspect", "--format", "{{.Id}}", BASE_IMAGE],
+                          capture_output=True, text=True).stdout.strip()
+    if have == wanted:
+        return
+    log(f"loading {BASE_IMAGE} into {container}'s dockerd")
+    save = subprocess.Popen(["docker", "save", BASE_IMAGE], stdout=subprocess.PIPE)
+    subprocess.run(["docker", "exec", "-i", container, "docker", "load", "--quiet"], stdin=save.stdout, check=True,
+                   stdout=subprocess.DEVNULL)
+    if save.wait() != 0:
+        raise RuntimeError("docker save of the base image failed")
+
+
+def place_model(container: str) -> None:
+    if subprocess.run(["docker", "exec", container, "test", "-s", MODEL], capture_output=True).returncode == 0:
+        return
+    local = CACHE / "lab.gguf"
+    if not local.exists():
+        write_model(local, MODEL_SHAPE)
+    docker("exec", container, "mkdir", "-p", str(Path(MODEL).parent))
+    docker("cp", str(local), f"{container}:{MODEL}")
+
+
+def lab_settings(sdist: Path) -> dict:
+    """Settings the lab needs instead of the defaults (CPU build, the lab's base image, a small model)."""
+    return {
+        "image_backend": "cpu",
+        "image_build_image": BASE_IMAGE,
+        "image_runtime_image": BASE_IMAGE,
+        "image_cpu_native": True,  # every lab host is this machine's CPU
+        "llama_cpp_source": str(sdist),
+        "llama_model_path": MODEL,
+        "llama_ctx_size": 2048,
+        "llama_parallel": 2,
+        "llama_n_gpu_layers": MODEL_SHAPE.n_layer - 2,  # the last 6 layers on the workers, the rest local
+        "llama_threads": 1,
+        "rpc_threads": 1,
+        "llama_health_timeout": 300,
+    }
+
+
+def write_inventory(workers: int, key: Path, known_hosts: Path, settings: dict) -> Path:
+    ssh = {"ssh_user": "root", "ssh_port": 22, "ssh_key": str(key), "ssh_known_hosts_file": str(known_hosts),
+           "ssh_strict_host_key_checking": "yes", "ssh_allow_agent": False, "ssh_look_for_keys": False}
+    text = f'''# Written by `python -m llama_rpc_deploy lab up`: the local lab's hosts (containers on {SUBNET}).
+# Same form as ../inventory.py; the lab's settings sit in LAB and override group_data for these hosts.
+SSH = {ssh!r}
+LAB = {pprint.pformat(settings, sort_dicts=False)}
+
+coordinator = [("{ip_of(0)}", {{**SSH, **LAB}})]
+workers = [
+'''
+    for i in range(1, workers + 1):
+        text += f'    ("{ip_of(i)}", {{**SSH, **LAB}}),\n'
+    text += "]\n"
+    path = LAB_DIR / "inventory.py"
+    path.write_text(text)
+    return path
+
+
+def up(workers: int = 1) -> Path:
+    if workers < 1:
+        raise SystemExit("lab: --workers must be at least 1")
+    ensure_images()
+    sdist = ensure_sdist()
+    key = ensure_key()
+    ensure_network()
+    existing = [n for n in host_names(8) if exists("container", f"{PREFIX}-{n}")]
+    extra = [n for n in existing if n not in host_names(workers)]
+    for name in extra:  # fewer workers than last time
+        _remove_host(f"{PREFIX}-{name}")
+    lines = []
+    for index, name in enumerate(host_names(workers)):
+        container = ensure_host(index, name)
+        wait_ready(container)
+        authorize(container, key)
+        lines.append(host_key_line(container, ip_of(index)))
+    known_hosts = LAB_DIR / "known_hosts"
+    known_hosts.write_text("\n".join(lines) + "\n")
+    coordinator = f"{PREFIX}-coordinator"
+    preload_base_image(coordinator)
+    place_model(coordinator)
+    inventory = write_inventory(workers, key, known_hosts, lab_settings(sdist))
+    log(f"up: coordinator {ip_of(0)}, workers {', '.join(ip_of(i) for i in range(1, workers + 1))}; inventory {inventory}")
+    return inventory
+
+
+def _remove_host(container: str) -> None:
+    docker("rm", "--force", "--volumes", container, check=False)
+    docker("volume", "rm", "--force", f"{container}-docker", check=False)
+
+
+def down() -> None:
+    containers = docker("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}").split()
+    for container in containers:
+        _remove_host(container)
+    if exists("network", NETWORK):
+        docker("network", "rm", NETWORK)
+    for name in ("inventory.py", "known_hosts"):
+        (LAB_DIR / name).unlink(missing_ok=True)
+    log(f"down: removed {len(containers)} hosts, their volumes and the network")
+
+
+def pin(unpin: bool = False) -> None:
+    """The coordinator on core 0, the workers on the last core: on 2 cores the thread pools compete otherwise."""
+    ncpu = os.cpu_count() or 1
+    containers = docker("ps", "--filter", f"label={LABEL}", "--format", "{{.Names}}").split()
+    for container in containers:
+        cpus = f"0-{ncpu - 1}" if unpin else ("0" if container.endswith("-coordinator") else str(ncpu - 1))
+        docker("update", "--cpuset-cpus", cpus, container)
+        log(f"{container} on cpus {cpus}")

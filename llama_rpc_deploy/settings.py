@@ -1,0 +1,182 @@
+"""Every setting a user may put in group_data/ or in inventory.py, with its default and its check.
+
+This table is the one place where a setting is defined. group_data/all.py sets
+the values most people change; everything it leaves out takes the default here.
+`python -m llama_rpc_deploy settings` prints the table that README.md shows.
+
+Values are looked up the way pyinfra layers them (highest first): --data on the
+command line, the host's data in the inventory, group_data/<group>.py, then
+group_data/all.py. Errors name the place a bad value came from.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+PLACEHOLDER = "CHANGE_ME"
+
+
+class SettingsError(ValueError):
+    """A bad setting: the message names the file, the key, the value and what was expected."""
+
+
+@dataclass(frozen=True)
+class Check:
+    expected: str  # what a good value looks like, in words
+    ok: Callable[[Any], bool]
+
+
+def _int(lo: int | None = None, hi: int | None = None) -> Check:
+    words = "an integer" + (f" >= {lo}" if lo is not None and hi is None else "") + (
+        f" from {lo} to {hi}" if lo is not None and hi is not None else "")
+    return Check(words, lambda v: isinstance(v, int) and not isinstance(v, bool)
+                 and (lo is None or v >= lo) and (hi is None or v <= hi))
+
+
+def _optional(check: Check) -> Check:
+    return Check(f"None or {check.expected}", lambda v: v is None or check.ok(v))
+
+
+def _one_of(*choices: Any) -> Check:
+    return Check("one of " + ", ".join(repr(c) for c in choices), lambda v: v in choices)
+
+
+def _str(pattern: str = r".+", words: str = "a non-empty string") -> Check:
+    return Check(words, lambda v: isinstance(v, str) and re.fullmatch(pattern, v) is not None)
+
+
+def _str_list() -> Check:
+    return Check("a list of strings", lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v))
+
+
+def _positive_numbers() -> Check:
+    return Check("None or a list of numbers >= 0, one per device, not all 0",
+                 lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and sum(v) > 0
+                                         and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in v)))
+
+
+BOOL = Check("True or False", lambda v: isinstance(v, bool))
+PORT = _int(1, 65535)
+ABS_PATH = _str(r"/.*", "an absolute path")
+IMAGE_REF = _str(r"[a-z0-9][a-z0-9._/:@-]*", "a Docker image reference")
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    check: Check
+    doc: str
+    section: str
+
+
+S = Setting
+SETTINGS: tuple[Setting, ...] = (
+    # --- llama.cpp source and image ---
+    S("llama_cpp_ref", "0c1e57098", _str(r"[0-9a-zA-Z._/-]+", "a llama.cpp commit, tag or branch"),
+      "llama.cpp commit the image is built from (the same commit the llama-cpp-python 0.3.36 sdist vendors).", "image"),
+    S("llama_cpp_source", None, _optional(_str()),
+      "None: the coordinator fetches llama_cpp_ref from GitHub. A path on the control machine to a llama.cpp "
+      "tree (or an sdist that vendors one) or a .tar.gz of one: uploaded instead, for offline use.", "image"),
+    S("image_name", "llama-rpc", _str(r"[a-z0-9][a-z0-9._/-]*", "a Docker repository name"),
+      "Image repository; the tag is derived from the source, the Dockerfile and the build arguments.", "image"),
+    S("image_backend", "cuda", _one_of("cuda", "cpu"), "cuda for NVIDIA GPUs, cpu for a CPU-only build (the lab).", "image"),
+    S("image_build_image", "nvidia/cuda:12.8.1-devel-ubuntu24.04", IMAGE_REF,
+      "Base image of the build stage (CUDA 12.8 or newer for RTX 50xx / sm_120).", "image"),
+    S("image_runtime_image", "nvidia/cuda:12.8.1-runtime-ubuntu24.04", IMAGE_REF, "Base image of the runtime stage.", "image"),
+    S("image_cuda_architectures", None, _optional(_str(r"[0-9]+[a-z]?(;[0-9]+[a-z]?)*", "compute capabilities like '89;120'")),
+      "None: the union of the inventory's GPUs (see gpus). Set to override, e.g. '86;89;120'.", "image"),
+    S("image_cpu_native", False, BOOL,
+      "True builds for the coordinator's own CPU (only if every host has the same CPU, like the lab); "
+      "False builds every x86 variant and picks one at run time.", "image"),
+    S("image_build_jobs", None, _optional(_int(1)), "Parallel compile jobs; None: all cores of the coordinator.", "image"),
+    # --- hardware ---
+    S("gpus", [], Check("a list of GPU names from llama_rpc_deploy/gpus.py, or dicts with name and cuda_arch",
+                        lambda v: isinstance(v, (list, tuple))),
+      "This host's NVIDIA GPUs, e.g. ['RTX 4080']. Empty: a CPU-only host (exposes one CPU device).", "hardware"),
+    S("address", None, _optional(_str()),
+      "Address the other hosts use to reach this one. None: the inventory name.", "hardware"),
+    # --- the model and llama-server (coordinator) ---
+    S("llama_model_path", PLACEHOLDER, ABS_PATH,
+      "GGUF file on the coordinator (e.g. inside LM Studio's models folder); its folder is mounted read-only.", "server"),
+    S("llama_ctx_size", 65536, _int(256), "Context size in tokens, shared by all parallel slots.", "server"),
+    S("llama_parallel", 4, _int(1, 256), "Parallel request slots.", "server"),
+    S("llama_cache_type_k", "f16", _one_of(*CACHE_TYPES), "KV cache type for K. f16 measured faster than q8_0 over RPC.", "server"),
+    S("llama_cache_type_v", "f16", _one_of(*CACHE_TYPES), "KV cache type for V.", "server"),
+    S("llama_flash_attn", "auto", _one_of("on", "off", "auto"), "Flash attention.", "server"),
+    S("llama_n_gpu_layers", 999, _int(0), "Layers to offload to the devices (999: all). With a CPU-only "
+      "coordinator the last N layers go to the RPC devices and the rest stay on its CPU.", "server"),
+    S("llama_tensor_split", None, _positive_numbers(),
+      "Share of the layers per device, in device order (every worker's devices, then the coordinator's GPUs). "
+      "None: llama.cpp splits by free memory.", "server"),
+    S("llama_sleep_idle_seconds", None, _optional(_int(1)),
+      "Unload the model from every device after this many idle seconds; reloads on the next request. None: never.", "server"),
+    S("llama_threads", None, _optional(_int(1)), "CPU threads of llama-server. None: llama.cpp's default.", "server"),
+    S("llama_host", None, _optional(_str()), "Address llama-server binds to. None: the coordinator's address.", "server"),
+    S("llama_port", 8080, PORT, "llama-server's HTTP port.", "server"),
+    S("llama_extra_args", [], _str_list(),
+      "Extra llama-server arguments, one list item per word. Speculative decoding / MTP stays off "
+      "unless added here: over RPC it measured slower.", "server"),
+    S("llama_health_timeout", 900, _int(10), "Seconds the deploy waits for llama-server's /health after a (re)start.", "server"),
+    S("rpc_wait_timeout", 120, _int(1), "Seconds llama-server's unit waits for every worker's RPC port before it starts.", "server"),
+    # --- rpc-server (workers) ---
+    S("rpc_host", None, _optional(_str()),
+      "Address rpc-server binds to. None: the worker's address. Never expose it on an open network.", "rpc"),
+    S("rpc_port", 50052, PORT, "rpc-server's TCP port.", "rpc"),
+    S("rpc_cache", True, BOOL, "rpc-server's local tensor cache (-c): faster reloads of the same model.", "rpc"),
+    S("rpc_cache_dir", "/var/cache/llama-rpc", ABS_PATH, "Where the tensor cache lives on each worker; kept across deploys.", "rpc"),
+    S("rpc_threads", None, _optional(_int(1)), "CPU threads of rpc-server (for its CPU device). None: llama.cpp's default.", "rpc"),
+    S("rpc_extra_args", [], _str_list(), "Extra rpc-server arguments, one list item per word.", "rpc"),
+    # --- where things go on the hosts ---
+    S("deploy_dir", "/opt/llama-rpc", ABS_PATH, "Launch scripts on every host.", "paths"),
+    S("state_dir", "/var/lib/llama-rpc", ABS_PATH, "Build context and source tarball on the coordinator.", "paths"),
+    S("transfer_ssh_port", None, _optional(PORT),
+      "Port the coordinator uses to SSH into a worker to send the image. None: the inventory's ssh_port, or 22.", "paths"),
+)
+BY_NAME = {s.name: s for s in SETTINGS}
+DEFAULTS = {s.name: s.default for s in SETTINGS}
+
+# Keys that belong to pyinfra itself (connectors, global arguments), not to this schema.
+FOREIGN_PREFIXES = ("ssh_", "_", "docker_", "local_")
+
+
+@dataclass(frozen=True)
+class Layer:
+    source: str  # e.g. "group_data/all.py", "inventory.py (host 10.0.0.2)"
+    data: dict
+
+
+def resolve(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Merge layers (highest first) over the defaults and check every value.
+
+    Returns (values, sources). Raises SettingsError for an unknown key or a bad value.
+    """
+    values = dict(DEFAULTS)
+    sources = {name: "default" for name in DEFAULTS}
+    for layer in reversed(layers):
+        for key, value in layer.data.items():
+            if key.startswith(FOREIGN_PREFIXES):
+                continue
+            if key not in BY_NAME:
+                near = difflib.get_close_matches(key, BY_NAME, n=1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise SettingsError(f"{layer.source}: unknown setting {key!r}{hint}")
+            values[key] = value
+            sources[key] = layer.source
+    for setting in SETTINGS:
+        value = values[setting.name]
+        if not setting.check.ok(value):
+            raise SettingsError(
+                f"{sources[setting.name]}: {setting.name} = {value!r}: expected {setting.check.expected}")
+    return values, sources
+
+
+def settings_table() -> str:
+    """The Markdown table README.md shows (generated, so it cannot drift from the schema)."""
+    lines = ["| setting | default | meaning |", "| --- | --- | --- |"]
+    for s in SETTINGS:
+        lines.append(f"| `{s.name}` | `{s.default!r}` | {s.doc} |")
+    return "\n".join(lines)
