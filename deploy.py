@@ -49,6 +49,11 @@ def check_host():
         raise DeployError(f"{host.name}: no /etc/ssh/ssh_host_ed25519_key.pub: the coordinator needs it to send the image")
 
 
+def ssh_port(worker):
+    """The port the coordinator uses to reach a worker's sshd (the inventory's, unless set apart)."""
+    return worker.settings["transfer_ssh_port"] or inventory.get_host(worker.name).data.get("ssh_port", 22)
+
+
 def put(path, content, mode="644"):
     return files.put(name=f"Install {path}", src=StringIO(content), dest=path, mode=mode)
 
@@ -56,7 +61,6 @@ def put(path, content, mode="644"):
 @deploy("Prepare the worker to receive the image")
 def prepare_worker():
     s = ME.settings
-    files.directory(name="Launch script folder", path=s["deploy_dir"], mode="755")
     files.directory(name="rpc-server tensor cache (kept across deploys)", path=s["rpc_cache_dir"], mode="755")
     files.put(name="Image receiver", src=str(FILES / "receive-image.sh"), dest=f"{s['deploy_dir']}/receive-image.sh",
               mode="755")
@@ -93,9 +97,8 @@ def distribute_image():
     known = []
     for worker in dep.cluster.workers:
         key = inventory.get_host(worker.name).get_fact(facts.SshHostKey)
-        port = worker.settings["transfer_ssh_port"] or worker.settings.get("ssh_port") or inventory.get_host(
-            worker.name).data.get("ssh_port", 22)
-        known.append(f"[{worker.address}]:{port} {key}")
+        port = ssh_port(worker)
+        known.append(f"{worker.address if port == 22 else f'[{worker.address}]:{port}'} {key}")
     put(KNOWN_HOSTS, "\n".join(known) + "\n", mode="600")
 
     mine = host.get_fact(facts.DockerImageId, image=dep.image)
@@ -103,8 +106,7 @@ def distribute_image():
         theirs = inventory.get_host(worker.name).get_fact(facts.DockerImageId, image=dep.image)
         if mine is not None and theirs == mine:
             continue  # same image ID already there: send nothing
-        whost = inventory.get_host(worker.name)
-        port = worker.settings["transfer_ssh_port"] or whost.data.get("ssh_port", 22)
+        port = ssh_port(worker)
         server.shell(
             name=f"Send {dep.image} to {worker.name}",
             commands=[
@@ -144,14 +146,24 @@ def install_coordinator():
     )
 
 
+def barrier(label):
+    """The same no-op on every host: pyinfra orders each host's operations, and a shared
+    operation is what makes the workers' and the coordinator's steps wait for each other."""
+    files.directory(name=f"== {label} ==", path=ME.settings["deploy_dir"], mode="755")
+
+
 if ROLE != "none":
     check_host()
-if ROLE == "worker":
-    prepare_worker()
-if ROLE == "coordinator":
-    build_image()
-    distribute_image()
-if ROLE == "worker":
-    install_worker()
-if ROLE == "coordinator":
-    install_coordinator()
+    if ROLE == "worker":
+        prepare_worker()
+    if ROLE == "coordinator":
+        build_image()
+    barrier("image built, workers ready to receive it")
+    if ROLE == "coordinator":
+        distribute_image()
+    barrier("the same image on every host")
+    if ROLE == "worker":
+        install_worker()
+    barrier("rpc-server running on every worker")
+    if ROLE == "coordinator":
+        install_coordinator()

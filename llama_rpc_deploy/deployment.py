@@ -23,7 +23,7 @@ class Deployment:
     cluster: Cluster
     source: Source
     image: str  # name:tag, the same on every host
-    transfer_key: Path  # private key the coordinator uses to send the image to the workers
+    transfer_key: Path | None  # private key the coordinator uses to send the image to the workers
 
     def role(self, name: str) -> str:
         if name == self.cluster.coordinator.name:
@@ -67,10 +67,14 @@ def load(inventory, inventory_file: str = "inventory.py") -> Deployment:
     groups = {g: [h.name for h in inventory.get_group(g, [])] for g in ("coordinator", "workers")}
     coordinators = [host_plan(n, layers_for(inventory, n, inventory_file)) for n in groups["coordinator"]]
     workers = [host_plan(n, layers_for(inventory, n, inventory_file)) for n in groups["workers"]]
-    cluster = make_cluster(coordinators, workers, inventory_file)
+    return from_cluster(make_cluster(coordinators, workers, inventory_file))
+
+
+def from_cluster(cluster: Cluster, with_key: bool = True) -> Deployment:
     s = cluster.settings
     source = resolve_source(s["llama_cpp_source"], s["llama_cpp_ref"], STATE / "sources")
-    return Deployment(cluster=cluster, source=source, image=cluster.image_tag(source), transfer_key=transfer_key())
+    return Deployment(cluster=cluster, source=source, image=cluster.image_tag(source),
+                      transfer_key=transfer_key() if with_key else None)
 
 
 # --- the same data without pyinfra: for `complete`, `settings` and the testinfra suite ---

@@ -100,7 +100,7 @@ SETTINGS: tuple[Setting, ...] = (
     S("address", None, _optional(_str()),
       "Address the other hosts use to reach this one. None: the inventory name.", "hardware"),
     # --- the model and llama-server (coordinator) ---
-    S("llama_model_path", PLACEHOLDER, ABS_PATH,
+    S("llama_model_path", f"/{PLACEHOLDER}/model.gguf", ABS_PATH,
       "GGUF file on the coordinator (e.g. inside LM Studio's models folder); its folder is mounted read-only.", "server"),
     S("llama_ctx_size", 65536, _int(256), "Context size in tokens, shared by all parallel slots.", "server"),
     S("llama_parallel", 4, _int(1, 256), "Parallel request slots.", "server"),

@@ -1,0 +1,103 @@
+"""End to end on the local lab: a coordinator and two workers, real systemd, SSH, Docker and llama.cpp.
+
+lab up -> deploy -> the testinfra verification suite -> a second deploy changes nothing and sends no image.
+The lab is reused when it is already up (its images survive), so one worker's image is removed first:
+every run then proves the transfer, and that a worker which has the image is left alone.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from llama_rpc_deploy import lab
+from llama_rpc_deploy.deployment import PROJECT, from_cluster, offline_cluster
+
+pytestmark = pytest.mark.skipif(shutil.which("docker") is None or subprocess.run(
+    ["docker", "info"], capture_output=True).returncode != 0,
+    reason="needs a running Docker engine (scripts/setup-machine.sh starts one)")
+
+WORKERS = 2
+INVENTORY = lab.LAB_DIR / "inventory.py"
+
+
+def pyinfra(*args: str, timeout: int = 3000) -> subprocess.CompletedProcess:
+    return subprocess.run(["pyinfra", "-y", *args, str(INVENTORY), "deploy.py"], cwd=PROJECT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def on(host_index: int, command: str) -> subprocess.CompletedProcess:
+    name = lab.host_names(WORKERS)[host_index]
+    return subprocess.run(["docker", "exec", f"{lab.PREFIX}-{name}", "sh", "-c", command],
+                          capture_output=True, text=True)
+
+
+def operations(result: subprocess.CompletedProcess) -> list[dict]:
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout)["results"]["operations"]
+
+
+def changed(ops: list[dict], prefix: str) -> list[str]:
+    """Hosts on which an operation whose name contains `prefix` made a change."""
+    return [h for op in ops if prefix in op["name"] for h in op["success"]]
+
+
+@pytest.fixture(scope="module")
+def deployed():
+    lab.up(workers=WORKERS)
+    d = from_cluster(offline_cluster(INVENTORY), with_key=False)
+    worker2 = d.cluster.workers[1].name
+    on(2, f"systemctl stop rpc-server 2>/dev/null; docker rmi --force {d.image} >/dev/null 2>&1; true")
+    first = pyinfra("--json")
+    return d, worker2, first
+
+
+def test_deploy_succeeds_and_sends_the_image_where_it_is_missing(deployed):
+    d, worker2, first = deployed
+    ops = operations(first)
+    assert worker2 in changed(ops, f"Send {d.image} to {worker2}")
+    have = on(2, f"docker image inspect --format '{{{{.Id}}}}' {d.image}").stdout.strip()
+    assert have == on(0, f"docker image inspect --format '{{{{.Id}}}}' {d.image}").stdout.strip()
+    assert changed(ops, "llama-server running and enabled") or changed(ops, "Wait for http://")
+
+
+def test_verification_suite_passes(deployed):
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/verify",
+                             "--inventory", str(INVENTORY)], cwd=PROJECT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert " passed" in result.stdout and "failed" not in result.stdout
+
+
+def test_second_deploy_changes_nothing_and_sends_no_image(deployed):
+    ops = operations(pyinfra("--json"))
+    made_changes = {op["name"]: op["success"] for op in ops if op["success"]}
+    assert made_changes == {}
+    assert not any(op["name"].startswith(("Carry the image to the workers | Send", "Build the image once, on the coordinator | Build llama"))
+                   for op in ops)
+
+
+def test_dry_run_shows_no_change(deployed):
+    result = pyinfra("--dry", "--json")
+    assert result.returncode == 0, result.stderr[-4000:]
+    plan = json.loads(result.stdout).get("plan", [])
+    assert [step for step in plan if step.get("hosts_with_change")] == []
+
+
+def test_interrupted_transfer_tags_nothing(deployed):
+    """A stream cut off half way (as when the deploy is killed mid-transfer) is refused, and no tag appears."""
+    d, _, _ = deployed
+    image_id = on(1, f"docker image inspect --format '{{{{.Id}}}}' {d.image}").stdout.strip()
+    bogus = "llama-rpc:interrupted-test"
+    result = on(1, f"docker save {image_id} | head -c 20000000 | zstd -q -c | "
+                   f"SSH_ORIGINAL_COMMAND='receive {image_id} {bogus}' /opt/llama-rpc/receive-image.sh")
+    assert result.returncode != 0
+    assert "nothing tagged" in result.stderr or "did not contain" in result.stderr
+    assert on(1, f"docker image inspect {bogus}").returncode != 0
+
+
+def test_receiver_refuses_anything_but_an_image_load(deployed):
+    result = on(1, "SSH_ORIGINAL_COMMAND='rm -rf /' /opt/llama-rpc/receive-image.sh </dev/null")
+    assert result.returncode == 64 and "usage: receive" in result.stderr

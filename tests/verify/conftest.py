@@ -1,0 +1,87 @@
+"""testinfra verification of a deployed inventory: the local lab or your own machines.
+
+    pytest tests/verify --inventory inventory.py          # your machines (SSH as in inventory.py)
+    pytest tests/verify --inventory .lab/inventory.py     # the lab
+
+Hosts and settings come from the inventory and group_data, read the same way
+the deploy reads them; testinfra reaches the hosts over SSH with the
+inventory's user, port, key and known_hosts.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import testinfra
+
+from llama_rpc_deploy.deployment import from_cluster, offline_cluster, read_inventory
+
+
+def pytest_addoption(parser):
+    parser.addoption("--inventory", default=os.environ.get("LLAMA_RPC_INVENTORY", "inventory.py"),
+                     help="inventory file of the deployed hosts (default: inventory.py)")
+
+
+def _ssh_config(inventory: Path, directory: Path) -> Path:
+    """One Host block per inventory host, from its ssh_* data (testinfra ignores --ssh-extra-args)."""
+    blocks = []
+    for hosts in read_inventory(inventory).values():
+        for name, data in hosts:
+            block = [f"Host {name}", f"  HostName {name}", f"  User {data.get('ssh_user', 'root')}",
+                     f"  Port {data.get('ssh_port', 22)}", "  BatchMode yes"]
+            if data.get("ssh_key"):
+                block += [f"  IdentityFile {data['ssh_key']}", "  IdentitiesOnly yes"]
+            if data.get("ssh_known_hosts_file"):
+                block.append(f"  UserKnownHostsFile {data['ssh_known_hosts_file']}")
+            if data.get("ssh_strict_host_key_checking"):
+                block.append(f"  StrictHostKeyChecking {data['ssh_strict_host_key_checking']}")
+            blocks.append("\n".join(block))
+    path = directory / "ssh_config"
+    path.write_text("\n\n".join(blocks) + "\n")
+    return path
+
+
+def _inventory_path(config) -> Path:
+    return Path(config.getoption("--inventory")).resolve()
+
+
+@pytest.fixture(scope="session")
+def deployment(request):
+    return from_cluster(offline_cluster(_inventory_path(request.config)), with_key=False)
+
+
+@pytest.fixture(scope="session")
+def connect(request, tmp_path_factory):
+    config = _ssh_config(_inventory_path(request.config), tmp_path_factory.mktemp("ssh"))
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = testinfra.get_host(f"ssh://{name}", ssh_config=str(config))
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def coordinator(deployment, connect):
+    return connect(deployment.cluster.coordinator.name)
+
+
+def pytest_generate_tests(metafunc):
+    """Tests that take `worker` run once per worker in the inventory."""
+    if "worker_name" in metafunc.fixturenames:
+        inventory = _inventory_path(metafunc.config)
+        names = [name for name, _ in read_inventory(inventory)["workers"]] if inventory.is_file() else []
+        metafunc.parametrize("worker_name", names)
+
+
+@pytest.fixture
+def worker(worker_name, connect):
+    return connect(worker_name)
+
+
+@pytest.fixture
+def worker_plan(worker_name, deployment):
+    return deployment.host(worker_name)

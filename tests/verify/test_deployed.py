@@ -1,0 +1,101 @@
+"""What a deployed inventory must look like. Run against the lab or your own hosts (see conftest.py)."""
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+from llama_rpc_deploy import render
+
+
+def _url(deployment, path):
+    c = deployment.cluster
+    return f"http://{c.settings['llama_host'] or c.coordinator.address}:{c.settings['llama_port']}{path}"
+
+
+def _image_id(host, ref):
+    return host.check_output("docker image inspect --format '{{.Id}}' %s", ref)
+
+
+def _running_image_id(host, container):
+    return host.check_output("docker inspect --format '{{.Image}}' %s", container)
+
+
+# --- services ---
+
+def test_llama_server_service_active_and_enabled(coordinator):
+    service = coordinator.service(render.COORDINATOR_UNIT.removesuffix(".service"))
+    assert service.is_running and service.is_enabled
+
+
+def test_rpc_server_service_active_and_enabled(worker):
+    service = worker.service(render.WORKER_UNIT.removesuffix(".service"))
+    assert service.is_running and service.is_enabled
+
+
+# --- ports ---
+
+def test_llama_server_listens_on_its_address(coordinator, deployment):
+    s = deployment.cluster.settings
+    address = s["llama_host"] or deployment.cluster.coordinator.address
+    assert coordinator.socket(f"tcp://{address}:{s['llama_port']}").is_listening
+
+
+def test_rpc_server_listens_only_on_its_address(worker, worker_plan):
+    host, port = worker_plan.rpc_endpoint.rsplit(":", 1)
+    assert worker.socket(f"tcp://{host}:{port}").is_listening
+    assert not worker.socket(f"tcp://0.0.0.0:{port}").is_listening
+
+
+def test_coordinator_reaches_every_worker(coordinator, worker_plan):
+    host, port = worker_plan.rpc_endpoint.rsplit(":", 1)
+    assert coordinator.addr(host).port(int(port)).is_reachable
+
+
+# --- one image everywhere ---
+
+def test_same_image_id_on_every_host(coordinator, worker, deployment):
+    expected = _image_id(coordinator, deployment.image)
+    assert expected.startswith("sha256:")
+    assert _image_id(worker, deployment.image) == expected
+    assert _running_image_id(worker, "rpc-server") == expected
+    assert _running_image_id(coordinator, "llama-server") == expected
+
+
+# --- launch scripts are the settings, rendered ---
+
+def test_coordinator_files_match_the_settings(coordinator, deployment):
+    for path, content in render.coordinator_files(deployment.cluster, deployment.image).items():
+        assert coordinator.file(path).content_string == content, path
+
+
+def test_worker_files_match_the_settings(worker, worker_plan, deployment):
+    for path, content in render.worker_files(deployment.cluster, worker_plan, deployment.image).items():
+        assert worker.file(path).content_string == content, path
+
+
+# --- it serves, and the workers really hold part of the model ---
+
+def test_health_ok(deployment):
+    with urllib.request.urlopen(_url(deployment, "/health"), timeout=10) as response:
+        assert response.status == 200
+        assert json.load(response).get("status") == "ok"
+
+
+def test_completion_returns_tokens(deployment):
+    body = json.dumps({"prompt": "Hello from the verification suite", "n_predict": 8, "cache_prompt": False}).encode()
+    request = urllib.request.Request(_url(deployment, "/completion"), data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        result = json.load(response)
+    assert result["timings"]["predicted_n"] == 8
+    assert result["timings"]["predicted_per_second"] > 0
+
+
+def test_worker_holds_part_of_the_model(coordinator, worker_plan):
+    """llama-server logs the weights it put on each device when it loads the model."""
+    log = coordinator.check_output("journalctl -u %s --no-pager -o cat -n 2000", render.COORDINATOR_UNIT)
+    endpoint = re.escape(worker_plan.rpc_endpoint)
+    sizes = [float(m) for m in re.findall(rf"RPC\d+\[{endpoint}\] model buffer size =\s*([0-9.]+) MiB", log)]
+    assert sizes, f"no model buffer on {worker_plan.rpc_endpoint} in llama-server's log"
+    assert sizes[-1] > 0
