@@ -137,12 +137,18 @@ def install_coordinator():
                               running=True, enabled=True, restarted=any(op.will_change for op in changed),
                               daemon_reload=changed[-1].will_change)
     url = f"http://{s['llama_host'] or ME.address}:{s['llama_port']}/health"
+    probe = f"docker exec llama-server curl -fsS --max-time 5 {url}"
+
+    def not_healthy_now():
+        """Checked when the operation runs: after a restart, or whenever /health is not ok (a worker
+        restarted, say). A healthy server that nothing touched is left alone: no change."""
+        return service.did_change() or not host.run_shell_command(probe)[0]
+
     server.shell(
         name=f"Wait for {url} (at most {s['llama_health_timeout']} s)",
-        commands=[f"for i in $(seq {s['llama_health_timeout']}); do "
-                  f"docker exec llama-server curl -fsS --max-time 5 {url} && exit 0; sleep 1; done; "
+        commands=[f"for i in $(seq {s['llama_health_timeout']}); do {probe} && exit 0; sleep 1; done; "
                   f"journalctl -u {render.COORDINATOR_UNIT} -n 40 --no-pager; exit 1"],
-        _if=service.did_change,
+        _if=not_healthy_now,
     )
 
 

@@ -4,7 +4,7 @@
   lab down                 remove everything the lab made
   lab pin | lab unpin      each lab host on its own core (for measurements) / back on all cores
   complete [-i INVENTORY]  ask the deployed llama-server for a completion; print it and tokens/s
-  settings                 the settings table (Markdown), from the schema
+  settings [--write-readme]  the settings table (Markdown), from the schema
   model OUT.gguf           write a small random-weight llama GGUF
 """
 from __future__ import annotations
@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     p_complete.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
     p_complete.add_argument("--prompt", default="Two computers, one model:")
     p_complete.add_argument("-n", "--n-predict", type=int, default=32)
-    sub.add_parser("settings")
+    p_settings = sub.add_parser("settings")
+    p_settings.add_argument("--write-readme", action="store_true", help="replace the table in README.md")
     p_model = sub.add_parser("model")
     p_model.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -66,7 +67,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{t.get('predicted_n', 0)} tokens at {t.get('predicted_per_second', 0):.1f} tokens/s "
                   f"(prompt {t.get('prompt_n', 0)} tokens at {t.get('prompt_per_second', 0):.1f} tokens/s)")
         elif args.command == "settings":
-            print(settings.settings_table())
+            if args.write_readme:
+                readme = Path(__file__).resolve().parent.parent / "README.md"
+                readme.write_text(settings.with_table(readme.read_text()))
+            else:
+                print(settings.settings_table())
         elif args.command == "model":
             model_main(args.rest)
     except SettingsError as error:

@@ -117,6 +117,8 @@ SETTINGS: tuple[Setting, ...] = (
     S("llama_threads", None, _optional(_int(1)), "CPU threads of llama-server. None: llama.cpp's default.", "server"),
     S("llama_host", None, _optional(_str()), "Address llama-server binds to. None: the coordinator's address.", "server"),
     S("llama_port", 8080, PORT, "llama-server's HTTP port.", "server"),
+    S("llama_log_verbosity", 4, _int(0, 5),
+      "llama-server's log threshold; 4 keeps llama.cpp's load report (weights per device) in the journal.", "server"),
     S("llama_extra_args", [], _str_list(),
       "Extra llama-server arguments, one list item per word. Speculative decoding / MTP stays off "
       "unless added here: over RPC it measured slower.", "server"),
@@ -180,3 +182,13 @@ def settings_table() -> str:
     for s in SETTINGS:
         lines.append(f"| `{s.name}` | `{s.default!r}` | {s.doc} |")
     return "\n".join(lines)
+
+
+README_BEGIN, README_END = "<!-- settings:begin -->", "<!-- settings:end -->"
+
+
+def with_table(readme: str) -> str:
+    """README text with the generated table between its markers."""
+    head, rest = readme.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    return f"{head}{README_BEGIN}\n{settings_table()}\n{README_END}{tail}"

@@ -91,7 +91,11 @@ def write_model(path: Path, shape: Shape = Shape()) -> Path:
         writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(shape.n_ff, shape.n_embd))
         writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(shape.n_embd, shape.n_ff))
     writer.add_tensor("output_norm.weight", norm())
-    writer.add_tensor("output.weight", weight(n_vocab, shape.n_embd))
+    # Zero output rows for the control and byte tokens: their logits stay at 0 while the letters'
+    # spread around it, so the random model babbles in letters rather than in raw bytes.
+    output = weight(n_vocab, shape.n_embd) * np.float16(8)
+    output[: 3 + 256] = 0
+    writer.add_tensor("output.weight", output)
 
     path.parent.mkdir(parents=True, exist_ok=True)
     writer.write_header_to_file()

@@ -48,3 +48,12 @@ def test_settings_table_lists_every_setting_once():
     table = settings_table()
     for s in SETTINGS:
         assert table.count(f"| `{s.name}` |") == 1
+
+
+def test_readme_shows_the_generated_table():
+    from pathlib import Path
+
+    from llama_rpc_deploy.settings import with_table
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert with_table(readme) == readme, "README.md is stale: python3 -m llama_rpc_deploy settings --write-readme"
