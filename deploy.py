@@ -123,9 +123,9 @@ def distribute_image():
 def install_worker():
     changed = [put(path, content, mode="755" if path.endswith(".sh") else "644")
                for path, content in render.worker_files(dep.cluster, ME, dep.image).items()]
-    systemd.service(name="rpc-server running and enabled", service=render.WORKER_UNIT, running=True, enabled=True,
-                    restarted=any(op.will_change for op in changed),
-                    daemon_reload=changed[-1].will_change)
+    deployment.RPC_SERVICE_OPS[host.name] = systemd.service(
+        name="rpc-server running and enabled", service=render.WORKER_UNIT, running=True, enabled=True,
+        restarted=any(op.will_change for op in changed), daemon_reload=changed[-1].will_change)
 
 
 @deploy("llama-server on the coordinator")
@@ -136,13 +136,19 @@ def install_coordinator():
     service = systemd.service(name="llama-server running and enabled", service=render.COORDINATOR_UNIT,
                               running=True, enabled=True, restarted=any(op.will_change for op in changed),
                               daemon_reload=changed[-1].will_change)
+    # llama-server drops a worker whose rpc-server restarts (it aborts on the next request), so it
+    # restarts too whenever this run (re)started any worker. Decided when the operation runs.
+    after_workers = systemd.service(
+        name="Restart llama-server after its workers restarted", service=render.COORDINATOR_UNIT,
+        running=True, restarted=True,
+        _if=lambda: not service.did_change() and any(op.did_change() for op in deployment.RPC_SERVICE_OPS.values()))
     url = f"http://{s['llama_host'] or ME.address}:{s['llama_port']}/health"
     probe = f"docker exec llama-server curl -fsS --max-time 5 {url}"
 
     def not_healthy_now():
         """Checked when the operation runs: after a restart, or whenever /health is not ok (a worker
         restarted, say). A healthy server that nothing touched is left alone: no change."""
-        return service.did_change() or not host.run_shell_command(probe)[0]
+        return service.did_change() or after_workers.did_change() or not host.run_shell_command(probe)[0]
 
     server.shell(
         name=f"Wait for {url} (at most {s['llama_health_timeout']} s)",

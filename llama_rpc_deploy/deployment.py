@@ -17,6 +17,10 @@ from .source import Source, resolve_source
 PROJECT = Path(__file__).resolve().parent.parent
 STATE = PROJECT / ".state"  # on the control machine: packed sources, the image-transfer key
 
+# Each worker's rpc-server operation in this pyinfra run, by host name. deploy.py runs once per
+# host; the coordinator's operations read this when they run (after every host's deploy.py).
+RPC_SERVICE_OPS: dict = {}
+
 
 @dataclass(frozen=True)
 class Deployment:

@@ -58,7 +58,8 @@ def deployed():
 def test_deploy_succeeds_and_sends_the_image_where_it_is_missing(deployed):
     d, worker2, first = deployed
     ops = operations(first)
-    assert worker2 in changed(ops, f"Send {d.image} to {worker2}")
+    assert changed(ops, f"Send {d.image} to {worker2}") == [d.cluster.coordinator.name]  # runs on the coordinator
+    assert changed(ops, "Restart llama-server after its workers restarted") == [d.cluster.coordinator.name]
     have = on(2, f"docker image inspect --format '{{{{.Id}}}}' {d.image}").stdout.strip()
     assert have == on(0, f"docker image inspect --format '{{{{.Id}}}}' {d.image}").stdout.strip()
     assert changed(ops, "llama-server running and enabled") or changed(ops, "Wait for http://")
