@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .plan import Cluster, HostPlan, host_plan, make_cluster
-from .settings import Layer
+from .settings import Layer, SettingsError
 from .source import Source, resolve_source
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -101,13 +101,38 @@ def read_inventory(inventory_path: Path) -> dict[str, list[tuple[str, dict]]]:
             for group in ("coordinator", "workers")}
 
 
-def offline_cluster(inventory_path: Path, group_data: Path = PROJECT / "group_data") -> Cluster:
+def offline_cluster(inventory_path: Path, group_data: Path = PROJECT / "group_data",
+                    overrides: dict | None = None) -> Cluster:
     """The Cluster as deploy.py computes it, read from the files alone (same layers, same checks)."""
     groups = read_inventory(inventory_path)
     all_data = _python_data(group_data / "all.py")
+    top = [Layer("--data on the command line", overrides)] if overrides else []
     plans = {}
     for group, hosts in groups.items():
         group_layer = Layer(f"group_data/{group}.py", _python_data(group_data / f"{group}.py"))
-        plans[group] = [host_plan(name, [Layer(f"{inventory_path} (host {name})", data), group_layer,
+        plans[group] = [host_plan(name, [*top, Layer(f"{inventory_path} (host {name})", data), group_layer,
                                          Layer("group_data/all.py", all_data)]) for name, data in hosts]
     return make_cluster(plans["coordinator"], plans["workers"], str(inventory_path))
+
+
+def preflight(argv: list[str] = sys.argv) -> None:
+    """Run from config.py, which pyinfra reads before it connects to any host: check every setting.
+
+    A bad one stops the run with one line naming the file, the key, the value and what was expected.
+    deploy.py checks again with pyinfra's own view of the data.
+    """
+    from pyinfra.api.exceptions import DeployError
+    from pyinfra_cli.util import parse_cli_arg
+
+    inventory = Path(inventory_file())
+    if not inventory.is_file():
+        return  # an inventory given on the command line (host names, @docker/...): deploy.py checks it
+    overrides = {}
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--data" and "=" in value:
+            key, raw = value.split("=", 1)
+            overrides[key] = parse_cli_arg(raw)
+    try:
+        offline_cluster(inventory, overrides=overrides)
+    except (SettingsError, OSError, SyntaxError) as error:
+        raise DeployError(str(error)) from None

@@ -8,6 +8,7 @@ for, the image's build arguments and its tag.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,18 @@ class Cluster:
         return f"{self.settings['image_name']}:{ref}-{digest.hexdigest()[:12]}"
 
 
+QUANTIZED = {"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
+DOCUMENTATION_NETS = [ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")]
+
+
+def _is_documentation_address(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in net for net in DOCUMENTATION_NETS)
+
+
 def host_plan(name: str, layers: list[Layer]) -> HostPlan:
     values, sources = resolve(layers)
     gpus = []
@@ -140,20 +153,40 @@ def make_cluster(coordinators: list[HostPlan], workers: list[HostPlan], inventor
     if PLACEHOLDER in s["llama_model_path"]:
         raise SettingsError(f"{cluster.coordinator.sources['llama_model_path']}: llama_model_path = "
                             f"{s['llama_model_path']!r}: expected the path of your GGUF file on the coordinator")
+    if not s["llama_model_path"].endswith(".gguf"):
+        raise SettingsError(f"{cluster.coordinator.sources['llama_model_path']}: llama_model_path = "
+                            f"{s['llama_model_path']!r}: expected a .gguf file")
+    examples = [h.name for h in (cluster.coordinator, *cluster.workers) if _is_documentation_address(h.address)]
+    if examples:
+        raise SettingsError(f"{inventory_file}: {', '.join(examples)}: example addresses (RFC 5737, they reach "
+                            "nothing): expected your hosts' addresses")
+    k, v = s["llama_cache_type_k"], s["llama_cache_type_v"]
+    if k in QUANTIZED and v in QUANTIZED and k != v:
+        raise SettingsError(f"{cluster.coordinator.sources['llama_cache_type_v']}: llama_cache_type_v = {v!r} with "
+                            f"llama_cache_type_k = {k!r}: expected the same quantized type for K and V "
+                            "(RPC workers crash on mixed quantized K/V, llama.cpp issue #27905)")
+    if v in QUANTIZED and s["llama_flash_attn"] == "off":
+        raise SettingsError(f"{cluster.coordinator.sources['llama_flash_attn']}: llama_flash_attn = 'off' with "
+                            f"llama_cache_type_v = {v!r}: expected 'on' or 'auto' (a quantized V cache needs flash attention)")
+    for h in cluster.workers:
+        if h.settings["rpc_port"] == s["llama_port"] and h.address == cluster.coordinator.address:
+            raise SettingsError(f"{h.sources['rpc_port']}: rpc_port = {h.settings['rpc_port']} on {h.name}: "
+                                "expected a port other than llama_port on the same address")
     split = s["llama_tensor_split"]
     if split is not None and len(split) != len(cluster.devices):
         raise SettingsError(
-            f"llama_tensor_split = {list(split)!r}: expected {len(cluster.devices)} numbers, one per device "
+            f"{cluster.coordinator.sources['llama_tensor_split']}: llama_tensor_split = {list(split)!r}: expected {len(cluster.devices)} numbers, one per device "
             f"({', '.join(cluster.devices)})")
     if s["image_backend"] == "cuda":
         if not cluster.cuda_architectures:
-            raise SettingsError("image_backend = 'cuda' but no host lists gpus: expected gpus on at least one host "
+            raise SettingsError(f"{cluster.coordinator.sources['image_backend']}: image_backend = 'cuda' but no host "
+                                "lists gpus: expected gpus on at least one host "
                                 "(e.g. gpus = ['RTX 4080']), or image_backend = 'cpu'")
         version = _cuda_version(s["image_build_image"])
         for arch in cluster.cuda_architectures.split(";"):
             need = MIN_CUDA_FOR_ARCH.get(re.sub(r"\D", "", arch))
             if version and need and version < need:
                 raise SettingsError(
-                    f"image_build_image = {s['image_build_image']!r}: CUDA {version[0]}.{version[1]} cannot build "
+                    f"{cluster.coordinator.sources['image_build_image']}: image_build_image = {s['image_build_image']!r}: CUDA {version[0]}.{version[1]} cannot build "
                     f"for sm_{arch}: expected CUDA {need[0]}.{need[1]} or newer")
     return cluster

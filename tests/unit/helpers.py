@@ -9,7 +9,7 @@ def cluster(coordinator=None, workers=(None,), all_data=None, names=None):
     """coordinator/workers: host data dicts; all_data: group_data/all.py."""
     all_layer = Layer("group_data/all.py", {"llama_model_path": MODEL, **(all_data or {})})
     coordinator = {"gpus": ["RTX 4080"], **(coordinator or {})}
-    names = names or ["192.0.2.10"] + [f"192.0.2.{20 + i}" for i in range(len(workers))]
+    names = names or ["10.0.0.10"] + [f"10.0.0.{20 + i}" for i in range(len(workers))]
     c = host_plan(names[0], [Layer(f"inventory.py (host {names[0]})", coordinator), all_layer])
     ws = [host_plan(n, [Layer(f"inventory.py (host {n})", {"gpus": ["RTX 5060 Ti"], **(w or {})}), all_layer])
           for n, w in zip(names[1:], workers)]

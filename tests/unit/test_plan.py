@@ -13,7 +13,7 @@ REF = Source(ident="0c1e57098", local_tarball=None, url="https://example.invalid
 def test_seed_pair_remote_first_local_last():
     c = cluster()
     assert c.devices == ["RPC0", "CUDA0"]
-    assert c.rpc_endpoints == ["192.0.2.20:50052"]
+    assert c.rpc_endpoints == ["10.0.0.20:50052"]
     assert c.cuda_architectures == "89;120"
 
 
@@ -37,8 +37,8 @@ def test_tensor_split_must_match_device_count():
 def test_inventory_shape():
     with pytest.raises(SettingsError, match="group workers is empty"):
         cluster(workers=())
-    with pytest.raises(SettingsError, match="192.0.2.10 is listed twice"):
-        cluster(names=["192.0.2.10", "192.0.2.10"])
+    with pytest.raises(SettingsError, match="10.0.0.10 is listed twice"):
+        cluster(names=["10.0.0.10", "10.0.0.10"])
     with pytest.raises(SettingsError, match="rpc endpoint 10.0.0.5:50052 is used by two workers"):
         cluster(workers=[{"address": "10.0.0.5"}, {"address": "10.0.0.5"}])
 

@@ -32,13 +32,13 @@ def test_llama_server_carries_the_settings():
     assert argv[:3] == ["/usr/bin/docker", "run", "--rm"]
     assert flag(argv, "--volume") == "/srv/models/lmstudio-community:/models:ro"
     assert flag(argv, "--model") == "/models/" + MODEL.rsplit("/", 1)[1]
-    assert flag(argv, "--rpc") == "192.0.2.20:50052"
+    assert flag(argv, "--rpc") == "10.0.0.20:50052"
     assert flag(argv, "--device") == "RPC0,CUDA0"
     assert flag(argv, "--ctx-size") == "32768" and flag(argv, "--parallel") == "2"
     assert flag(argv, "--cache-type-k") == "q8_0" and flag(argv, "--cache-type-v") == "q8_0"
     assert flag(argv, "--flash-attn") == "on" and flag(argv, "--tensor-split") == "1,1"
     assert flag(argv, "--sleep-idle-seconds") == "900" and flag(argv, "--threads") == "8"
-    assert flag(argv, "--host") == "192.0.2.10" and flag(argv, "--port") == "8081"
+    assert flag(argv, "--host") == "10.0.0.10" and flag(argv, "--port") == "8081"
     assert "--gpus" in argv and argv[argv.index(IMAGE) + 1] == "server"
 
 
@@ -60,14 +60,14 @@ def test_cpu_coordinator_has_no_gpu_flag_and_only_rpc_devices():
     argv = words(server_script(c))
     assert "--gpus" not in argv
     assert flag(argv, "--device") == "RPC0,RPC1" and flag(argv, "--n-gpu-layers") == "6"
-    assert flag(argv, "--rpc") == "192.0.2.20:50052,192.0.2.21:50052"
+    assert flag(argv, "--rpc") == "10.0.0.20:50052,10.0.0.21:50052"
 
 
 def test_rpc_server_binds_to_the_worker_address_with_cache():
     c = cluster(workers=[{"rpc_threads": 2}])
     files = worker_files(c, c.workers[0], IMAGE)
     argv = words(files["/opt/llama-rpc/rpc-server.sh"])
-    assert flag(argv, "--host") == "192.0.2.20" and flag(argv, "--port") == "50052"
+    assert flag(argv, "--host") == "10.0.0.20" and flag(argv, "--port") == "50052"
     assert "--cache" in argv and flag(argv, "--threads") == "2"
     assert flag(argv, "--volume") == "/var/cache/llama-rpc:/cache"
     assert argv[argv.index(IMAGE) + 1] == "rpc"
@@ -90,7 +90,7 @@ def test_units_restart_and_wait_for_workers():
     assert "Restart=always" in unit and "TimeoutStartSec=75" in unit
     assert "[Install]\nWantedBy=multi-user.target" in unit
     wait = coordinator_files(c, IMAGE)["/opt/llama-rpc/wait-for-workers.sh"]
-    assert "deadline=$((SECONDS + 45))" in wait and "192.0.2.20:50052" in wait
+    assert "deadline=$((SECONDS + 45))" in wait and "10.0.0.20:50052" in wait
     assert "Restart=always" in worker_files(c, c.workers[0], IMAGE)[f"/etc/systemd/system/{WORKER_UNIT}"]
 
 

@@ -1,0 +1,86 @@
+"""Bad configurations, one table for the unit test and for the lab test.
+
+Each case is Python appended to a working inventory (the lab's, or the unit tests' own), and the
+words the error must contain. `{inv}` stands for the inventory file, `{c}` for the coordinator's
+host label, `{w}` for the first worker's: that is how the error names where the value came from.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Bad:
+    id: str
+    code: str
+    words: tuple[str, ...]
+
+
+def on_coordinator(data: str) -> str:
+    return f"coordinator = [(coordinator[0][0], {{**coordinator[0][1], **{data}}})]"
+
+
+def on_worker(data: str) -> str:
+    return f"workers = [(workers[0][0], {{**workers[0][1], **{data}}})] + workers[1:]"
+
+
+C, W = "{c}: ", "{w}: "
+CASES = [
+    Bad("port-zero", on_coordinator('{"llama_port": 0}'), (C + "llama_port = 0: expected an integer from 1 to 65535",)),
+    Bad("port-string", on_coordinator('{"llama_port": "8080"}'), (C + "llama_port = '8080': expected an integer",)),
+    Bad("ctx-too-small", on_coordinator('{"llama_ctx_size": 100}'), (C + "llama_ctx_size = 100: expected an integer >= 256",)),
+    Bad("parallel-zero", on_coordinator('{"llama_parallel": 0}'), (C + "llama_parallel = 0: expected an integer from 1 to 256",)),
+    Bad("cache-k-typo", on_coordinator('{"llama_cache_type_k": "q8"}'), (C + "llama_cache_type_k = 'q8': expected one of 'f32', 'f16'",)),
+    Bad("cache-v-unknown", on_coordinator('{"llama_cache_type_v": "f8"}'), (C + "llama_cache_type_v = 'f8': expected one of",)),
+    Bad("flash-attn-bool", on_coordinator('{"llama_flash_attn": True}'), (C + "llama_flash_attn = True: expected one of 'on', 'off', 'auto'",)),
+    Bad("ngl-negative", on_coordinator('{"llama_n_gpu_layers": -1}'), (C + "llama_n_gpu_layers = -1: expected an integer >= 0",)),
+    Bad("split-length", on_coordinator('{"llama_tensor_split": [1, 2, 3]}'), (C + "llama_tensor_split = [1, 2, 3]: expected 2 numbers, one per device (RPC0, RPC1)",)),
+    Bad("split-string", on_coordinator('{"llama_tensor_split": "1,1"}'), (C + "llama_tensor_split = '1,1': expected None or a list of numbers",)),
+    Bad("sleep-zero", on_coordinator('{"llama_sleep_idle_seconds": 0}'), (C + "llama_sleep_idle_seconds = 0: expected None or an integer >= 1",)),
+    Bad("threads-word", on_coordinator('{"llama_threads": "four"}'), (C + "llama_threads = 'four': expected None or an integer",)),
+    Bad("model-relative", on_coordinator('{"llama_model_path": "models/lab.gguf"}'), (C + "llama_model_path = 'models/lab.gguf': expected an absolute path",)),
+    Bad("model-not-gguf", on_coordinator('{"llama_model_path": "/models/lab.bin"}'), (C + "llama_model_path = '/models/lab.bin': expected a .gguf file",)),
+    Bad("model-placeholder", on_coordinator('{"llama_model_path": "/CHANGE_ME/model.gguf"}'), (C + "llama_model_path = '/CHANGE_ME/model.gguf': expected the path of your GGUF file",)),
+    Bad("extra-args-string", on_coordinator('{"llama_extra_args": "--metrics"}'), (C + "llama_extra_args = '--metrics': expected a list of strings",)),
+    Bad("backend-unknown", on_coordinator('{"image_backend": "rocm"}'), (C + "image_backend = 'rocm': expected one of 'cuda', 'cpu'",)),
+    Bad("native-string", on_coordinator('{"image_cpu_native": "yes"}'), (C + "image_cpu_native = 'yes': expected True or False",)),
+    Bad("jobs-zero", on_coordinator('{"image_build_jobs": 0}'), (C + "image_build_jobs = 0: expected None or an integer >= 1",)),
+    Bad("image-name-spaces", on_coordinator('{"image_name": "Llama RPC"}'), (C + "image_name = 'Llama RPC': expected a Docker repository name",)),
+    Bad("mixed-quantized-kv", on_coordinator('{"llama_cache_type_k": "q8_0", "llama_cache_type_v": "q4_0"}'),
+        (C + "llama_cache_type_v = 'q4_0' with llama_cache_type_k = 'q8_0': expected the same quantized type", "#27905")),
+    Bad("quantized-v-no-fa", on_coordinator('{"llama_cache_type_k": "q8_0", "llama_cache_type_v": "q8_0", "llama_flash_attn": "off"}'),
+        (C + "llama_flash_attn = 'off' with llama_cache_type_v = 'q8_0': expected 'on' or 'auto'",)),
+    Bad("unknown-key", on_coordinator('{"llama_ctx": 4096}'), (C + "unknown setting 'llama_ctx' (did you mean 'llama_ctx_size'?)",)),
+    Bad("health-timeout-short", on_coordinator('{"llama_health_timeout": 5}'), (C + "llama_health_timeout = 5: expected an integer >= 10",)),
+    Bad("cuda-archs-format", on_coordinator('{"image_cuda_architectures": "sm_89"}'), (C + "image_cuda_architectures = 'sm_89': expected None or compute capabilities",)),
+    Bad("cuda-without-gpus", on_coordinator('{"image_backend": "cuda"}'), (C + "image_backend = 'cuda' but no host lists gpus",)),
+    Bad("cuda-too-old", on_coordinator('{"image_backend": "cuda", "gpus": ["RTX 5090"], "image_build_image": "nvidia/cuda:12.4.1-devel-ubuntu22.04"}'),
+        (C + "image_build_image = 'nvidia/cuda:12.4.1-devel-ubuntu22.04': CUDA 12.4 cannot build for sm_120: expected CUDA 12.8 or newer",)),
+    Bad("rpc-port-too-big", on_worker('{"rpc_port": 70000}'), (W + "rpc_port = 70000: expected an integer from 1 to 65535",)),
+    Bad("rpc-cache-string", on_worker('{"rpc_cache": "on"}'), (W + "rpc_cache = 'on': expected True or False",)),
+    Bad("rpc-cache-dir-relative", on_worker('{"rpc_cache_dir": "var/cache/llama-rpc"}'), (W + "rpc_cache_dir = 'var/cache/llama-rpc': expected an absolute path",)),
+    Bad("rpc-threads-zero", on_worker('{"rpc_threads": 0}'), (W + "rpc_threads = 0: expected None or an integer >= 1",)),
+    Bad("gpu-unknown", on_worker('{"gpus": ["RTX 9999"]}'), (W + "gpus = ['RTX 9999']: unknown GPU 'RTX 9999': expected one of",)),
+    Bad("rpc-key-typo", on_worker('{"rpc_prot": 50052}'), (W + "unknown setting 'rpc_prot' (did you mean 'rpc_port'?)",)),
+    Bad("rpc-extra-args-int", on_worker('{"rpc_extra_args": [1]}'), (W + "rpc_extra_args = [1]: expected a list of strings",)),
+    Bad("no-workers", "workers = []", ("{inv}: group workers is empty: expected at least one worker",)),
+    Bad("two-coordinators", "coordinator = coordinator + [workers[0]]",
+        ("{inv}: group coordinator has 2 hosts: expected exactly one",)),
+    Bad("host-in-both-groups", "workers = workers + [coordinator[0]]", ("is listed twice (coordinator and workers",)),
+    Bad("same-rpc-endpoint", 'workers = [(n, {**d, "rpc_host": "10.99.0.1"}) for n, d in workers]',
+        ("{inv}: rpc endpoint 10.99.0.1:50052 is used by two workers",)),
+    Bad("example-addresses", 'coordinator = [("192.0.2.10", coordinator[0][1])]',
+        ("{inv}: 192.0.2.10: example addresses (RFC 5737",)),
+]
+
+
+def write_case(base: Path, case: Bad, out: Path) -> Path:
+    """The working inventory with the case's code appended."""
+    out.write_text(base.read_text() + f"\n# bad configuration: {case.id}\n{case.code}\n")
+    return out
+
+
+def expected_words(case: Bad, inventory: Path, coordinator: str, worker: str) -> list[str]:
+    inv = str(inventory)
+    return [w.format(inv=inv, c=f"{inv} (host {coordinator})", w=f"{inv} (host {worker})") for w in case.words]

@@ -1,0 +1,53 @@
+"""The bad configurations of tests/bad_configs.py, through pyinfra against the lab.
+
+Each must stop the run with exit status 1 and one line naming the file, the key, the value and what
+was expected, and leave every host as it was: no file changed, no service or container restarted.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from llama_rpc_deploy import lab
+from llama_rpc_deploy.deployment import PROJECT, read_inventory
+
+from ..bad_configs import CASES, expected_words, write_case
+
+pytestmark = pytest.mark.skipif(shutil.which("docker") is None or subprocess.run(
+    ["docker", "info"], capture_output=True).returncode != 0,
+    reason="needs a running Docker engine (scripts/setup-machine.sh starts one)")
+
+WORKERS = 2
+STATE = ("sha256sum /opt/llama-rpc/* /etc/systemd/system/rpc-server.service /etc/systemd/system/llama-server.service "
+         "/etc/llama-rpc/* /root/.ssh/authorized_keys 2>/dev/null; "
+         "systemctl show -p ActiveEnterTimestampMonotonic -p NRestarts rpc-server llama-server; "
+         "docker ps --format '{{.Names}} {{.ID}} {{.RunningFor}}' | sort; docker images -q | sort")
+
+
+def snapshot() -> dict[str, str]:
+    return {name: subprocess.run(["docker", "exec", f"{lab.PREFIX}-{name}", "sh", "-c", STATE],
+                                 capture_output=True, text=True).stdout
+            for name in lab.host_names(WORKERS)}
+
+
+@pytest.fixture(scope="module")
+def base():
+    return lab.up(workers=WORKERS)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_configuration_touches_no_host(case, base, tmp_path):
+    hosts = read_inventory(base)
+    inventory = write_case(base, case, tmp_path / "inventory.py")
+    before = snapshot()
+    result = subprocess.run(["pyinfra", "-y", str(inventory), "deploy.py"], cwd=PROJECT,
+                            capture_output=True, text=True, timeout=120)
+    after = snapshot()
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    output = result.stdout + result.stderr
+    for words in expected_words(case, inventory, hosts["coordinator"][0][0], hosts["workers"][0][0]):
+        assert words in output
+    assert "Connecting" not in output  # stopped before pyinfra connected to any host
+    assert after == before

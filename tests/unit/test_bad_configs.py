@@ -1,0 +1,42 @@
+"""Every bad configuration of tests/bad_configs.py is refused with a message naming file, key and expectation.
+
+The same table runs against the lab in tests/e2e/test_bad_configs.py, through pyinfra, where it
+also checks that no host was touched.
+"""
+import pytest
+
+from llama_rpc_deploy.deployment import offline_cluster
+from llama_rpc_deploy.settings import SettingsError
+
+from ..bad_configs import CASES, expected_words, write_case
+
+BASE = '''SSH = {"ssh_user": "root"}
+LAB = {"image_backend": "cpu", "llama_model_path": "/models/lab.gguf"}
+coordinator = [("10.0.0.10", {**SSH, **LAB})]
+workers = [("10.0.0.11", {**SSH, **LAB}), ("10.0.0.12", {**SSH, **LAB})]
+'''
+
+
+@pytest.fixture
+def base(tmp_path):
+    path = tmp_path / "base_inventory.py"
+    path.write_text(BASE)
+    return path
+
+
+def test_the_base_inventory_is_good(base):
+    assert [w.name for w in offline_cluster(base).workers] == ["10.0.0.11", "10.0.0.12"]
+
+
+def test_there_are_at_least_30_distinct_cases():
+    assert len({c.id for c in CASES}) == len(CASES) >= 30
+    assert len({c.code for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_configuration_is_refused(case, base, tmp_path):
+    inventory = write_case(base, case, tmp_path / "inventory.py")
+    with pytest.raises(SettingsError) as error:
+        offline_cluster(inventory)
+    for words in expected_words(case, inventory, "10.0.0.10", "10.0.0.11"):
+        assert words in str(error.value)
