@@ -41,10 +41,24 @@ def check_host():
     missing = host.get_fact(facts.MissingCommands, names=("docker", "zstd", "systemctl", "bash"))
     if missing:
         raise DeployError(f"{host.name}: {', '.join(missing)} not found: install them first (Docker Engine, zstd)")
+    s = ME.settings
+    if ME.gpus and dep.cluster.settings["image_backend"] == "cuda" and "nvidia" not in host.get_fact(facts.DockerRuntimes):
+        raise DeployError(f"{host.name}: gpus = {s['gpus']!r} but Docker has no nvidia runtime: "
+                          "install the NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker)")
+    port, ours = (s["llama_port"], "llama-server") if ROLE == "coordinator" else (s["rpc_port"], "rpc-server")
+    listener = host.get_fact(facts.TcpListener, port=port)
+    if listener is not None and listener != ours:
+        raise DeployError(f"{host.name}: port {port} is taken by {listener or 'another process'}: "
+                          f"expected it free for {ours} (change {'llama_port' if ours == 'llama-server' else 'rpc_port'})")
     if ROLE == "coordinator":
-        model = ME.settings["llama_model_path"]
+        model = s["llama_model_path"]
         if not host.get_fact(File, path=model):
-            raise DeployError(f"llama_model_path = {model!r}: no such file on the coordinator {host.name}")
+            raise DeployError(f"{ME.sources['llama_model_path']}: llama_model_path = {model!r}: "
+                              f"no such file on the coordinator {host.name}")
+        for worker in dep.cluster.workers:
+            if not host.get_fact(facts.TcpReachable, address=worker.address, port=ssh_port(worker)):
+                raise DeployError(f"{host.name} cannot reach {worker.name}'s sshd at {worker.address}:{ssh_port(worker)}: "
+                                  "the coordinator sends the image that way (set address or transfer_ssh_port)")
     if ROLE == "worker" and not host.get_fact(facts.SshHostKey):
         raise DeployError(f"{host.name}: no /etc/ssh/ssh_host_ed25519_key.pub: the coordinator needs it to send the image")
 

@@ -39,3 +39,38 @@ class MissingCommands(FactBase):
 
     def process(self, output: list[str]) -> list[str]:
         return [line.strip() for line in output if line.strip()]
+
+
+class DockerRuntimes(FactBase):
+    """Names of the container runtimes Docker knows (e.g. runc, nvidia)."""
+
+    def command(self) -> str:
+        return "docker info --format '{{range $name, $_ := .Runtimes}}{{$name}} {{end}}' 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> list[str]:
+        return " ".join(output).split()
+
+
+class TcpListener(FactBase):
+    """The process listening on a TCP port (as ss names it), '' when something unnamed listens, None when free."""
+
+    def command(self, port: int) -> str:
+        return f"ss -Hltnp 'sport = :{int(port)}' 2>/dev/null || true"
+
+    def process(self, output: list[str]):
+        for line in output:
+            if line.strip():
+                start = line.find('(("')
+                return line[start + 3:line.find('"', start + 3)] if start >= 0 else ""
+        return None
+
+
+class TcpReachable(FactBase):
+    """Whether this host can open a TCP connection to address:port (3 s at most)."""
+
+    def command(self, address: str, port: int) -> str:
+        return (f"timeout 3 bash -c '>/dev/tcp/{shlex.quote(address)}/{int(port)}' 2>/dev/null "
+                "&& echo yes || echo no")
+
+    def process(self, output: list[str]) -> bool:
+        return "yes" in output

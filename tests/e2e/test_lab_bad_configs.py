@@ -13,7 +13,7 @@ import pytest
 from llama_rpc_deploy import lab
 from llama_rpc_deploy.deployment import PROJECT, read_inventory
 
-from ..bad_configs import CASES, expected_words, write_case
+from ..bad_configs import CASES, Bad, expected_words, on_coordinator, on_worker, write_case
 
 pytestmark = pytest.mark.skipif(shutil.which("docker") is None or subprocess.run(
     ["docker", "info"], capture_output=True).returncode != 0,
@@ -50,4 +50,33 @@ def test_bad_configuration_touches_no_host(case, base, tmp_path):
     for words in expected_words(case, inventory, hosts["coordinator"][0][0], hosts["workers"][0][0]):
         assert words in output
     assert "Connecting" not in output  # stopped before pyinfra connected to any host
+    assert after == before
+
+
+HOST_CASES = [
+    Bad("model-missing-on-coordinator", on_coordinator('{"llama_model_path": "/models/missing.gguf"}'),
+        ("{c}: llama_model_path = '/models/missing.gguf': no such file on the coordinator",)),
+    Bad("llama-port-taken", on_coordinator('{"llama_port": 22}'),
+        ("port 22 is taken by sshd: expected it free for llama-server (change llama_port)",)),
+    Bad("rpc-port-taken", on_worker('{"rpc_port": 22}'),
+        ("port 22 is taken by sshd: expected it free for rpc-server (change rpc_port)",)),
+    Bad("worker-sshd-unreachable", on_worker('{"transfer_ssh_port": 2}'),
+        ("cannot reach", "sshd at", ":2: the coordinator sends the image that way",)),
+]
+
+
+@pytest.mark.parametrize("case", HOST_CASES, ids=[c.id for c in HOST_CASES])
+def test_host_check_fails_before_any_change(case, base, tmp_path):
+    """Checks that need the hosts read facts only: they fail after connecting, before the first change."""
+    hosts = read_inventory(base)
+    inventory = write_case(base, case, tmp_path / "inventory.py")
+    before = snapshot()
+    result = subprocess.run(["pyinfra", "-y", str(inventory), "deploy.py"], cwd=PROJECT,
+                            capture_output=True, text=True, timeout=300)
+    after = snapshot()
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]
+    for words in expected_words(case, inventory, hosts["coordinator"][0][0], hosts["workers"][0][0]):
+        assert words in output
+    assert "Starting operation" not in output
     assert after == before
