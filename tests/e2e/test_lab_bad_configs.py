@@ -23,7 +23,8 @@ WORKERS = 2
 STATE = ("sha256sum /opt/llama-rpc/* /etc/systemd/system/rpc-server.service /etc/systemd/system/llama-server.service "
          "/etc/llama-rpc/* /root/.ssh/authorized_keys 2>/dev/null; "
          "systemctl show -p ActiveEnterTimestampMonotonic -p NRestarts rpc-server llama-server; "
-         "docker ps --format '{{.Names}} {{.ID}} {{.RunningFor}}' | sort; docker images -q | sort")
+         "for c in $(docker ps -q); do docker inspect --format '{{.Name}} {{.State.StartedAt}}' $c; done | sort; "
+         "docker images -q | sort")
 
 
 def snapshot() -> dict[str, str]:
