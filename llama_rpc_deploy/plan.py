@@ -173,7 +173,7 @@ def make_cluster(coordinators: list[HostPlan], workers: list[HostPlan], inventor
             raise SettingsError(f"{h.sources['rpc_port']}: rpc_port = {h.settings['rpc_port']} on {h.name}: "
                                 "expected a port other than llama_port on the same address")
     split = s["llama_tensor_split"]
-    if split is not None and len(split) != len(cluster.devices):
+    if isinstance(split, (list, tuple)) and len(split) != len(cluster.devices):
         raise SettingsError(
             f"{cluster.coordinator.sources['llama_tensor_split']}: llama_tensor_split = {list(split)!r}: expected {len(cluster.devices)} numbers, one per device "
             f"({', '.join(cluster.devices)})")

@@ -53,8 +53,8 @@ def _str_list() -> Check:
 
 
 def _positive_numbers() -> Check:
-    return Check("None or a list of numbers >= 0, one per device, not all 0",
-                 lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and sum(v) > 0
+    return Check("None, 'auto' or a list of numbers >= 0, one per device, not all 0",
+                 lambda v: v is None or v == "auto" or (isinstance(v, (list, tuple)) and len(v) > 0 and sum(v) > 0
                                          and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in v)))
 
 
@@ -111,7 +111,7 @@ SETTINGS: tuple[Setting, ...] = (
       "coordinator the last N layers go to the RPC devices and the rest stay on its CPU.", "server"),
     S("llama_tensor_split", None, _positive_numbers(),
       "Share of the layers per device, in device order (every worker's devices, then the coordinator's GPUs). "
-      "None: llama.cpp splits by free memory.", "server"),
+      "None: llama.cpp splits by free memory. 'auto': the planner's split (fastest memory first, see `plan`).", "server"),
     S("llama_sleep_idle_seconds", None, _optional(_int(1)),
       "Unload the model from every device after this many idle seconds; reloads on the next request. None: never.", "server"),
     S("llama_threads", None, _optional(_int(1)), "CPU threads of llama-server. None: llama.cpp's default.", "server"),

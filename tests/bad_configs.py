@@ -36,7 +36,7 @@ CASES = [
     Bad("flash-attn-bool", on_coordinator('{"llama_flash_attn": True}'), (C + "llama_flash_attn = True: expected one of 'on', 'off', 'auto'",)),
     Bad("ngl-negative", on_coordinator('{"llama_n_gpu_layers": -1}'), (C + "llama_n_gpu_layers = -1: expected an integer >= 0",)),
     Bad("split-length", on_coordinator('{"llama_tensor_split": [1, 2, 3]}'), (C + "llama_tensor_split = [1, 2, 3]: expected 2 numbers, one per device (RPC0, RPC1)",)),
-    Bad("split-string", on_coordinator('{"llama_tensor_split": "1,1"}'), (C + "llama_tensor_split = '1,1': expected None or a list of numbers",)),
+    Bad("split-string", on_coordinator('{"llama_tensor_split": "1,1"}'), (C + "llama_tensor_split = '1,1': expected None, 'auto' or a list of numbers",)),
     Bad("sleep-zero", on_coordinator('{"llama_sleep_idle_seconds": 0}'), (C + "llama_sleep_idle_seconds = 0: expected None or an integer >= 1",)),
     Bad("threads-word", on_coordinator('{"llama_threads": "four"}'), (C + "llama_threads = 'four': expected None or an integer",)),
     Bad("model-relative", on_coordinator('{"llama_model_path": "models/lab.gguf"}'), (C + "llama_model_path = 'models/lab.gguf': expected an absolute path",)),

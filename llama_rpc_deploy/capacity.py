@@ -1,0 +1,315 @@
+"""Capacity planning: what each device holds, whether it fits, and the tokens/s ceiling.
+
+Reads the model's GGUF metadata and tensor sizes with the `gguf` package (no weights are loaded),
+takes each device's memory and bandwidth from llama_rpc_deploy/gpus.py, and for a configuration
+(context, parallel slots, KV cache types) computes per device: weights, KV cache, a compute
+reserve, and what is left.
+
+Decode is memory-bound and the devices work in turn, so one token costs, on each device, the
+time to read its weights from its memory, plus one network hop per device boundary:
+    ceiling = 1 / (sum(bytes_i / bandwidth_i) + hops * hop_seconds)
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gguf import GGUFReader
+
+# bytes per element of each KV cache type (block formats: bytes per block / elements per block)
+CACHE_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
+                    "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}
+GIB = 1024 ** 3
+COMPUTE_RESERVE = 512 * 1024 ** 2  # CUDA context, cuBLAS workspace, the graph's compute buffer
+UBATCH = 512
+HOP_SECONDS = 0.0003
+# architectures whose GGUF carries a window but no pattern: llama.cpp hard-codes "every Nth layer is global"
+DEFAULT_SWA_PATTERN = {"gemma2": 2, "gemma3": 6}  # one boundary per token on a home LAN: latency plus a few KB of activations
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: str
+    arch: str
+    n_layer: int
+    n_embd: int
+    n_vocab: int
+    n_ctx_train: int
+    layer_bytes: tuple[int, ...]  # weights of each repeating layer
+    input_bytes: int  # token embeddings: kept in host memory by llama.cpp
+    output_bytes: int  # output norm + output projection (the last device)
+    kv_per_token: tuple[tuple[int, int], ...]  # per layer: (K elements, V elements) per token
+    swa_window: int = 0  # sliding-window size, 0 when none
+    swa_layers: tuple[bool, ...] = ()
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(self.layer_bytes) + self.input_bytes + self.output_bytes
+
+
+def _field(reader: GGUFReader, key: str, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    value = f.parts[f.data[0]] if f.data else None
+    if value is None:
+        return default
+    if f.types and f.types[0].name == "STRING":
+        return bytes(value).decode()
+    if f.types and f.types[0].name == "ARRAY":
+        return [f.parts[i][0] if len(f.parts[i]) == 1 else bytes(f.parts[i]).decode() for i in f.data]
+    return value[0].item() if hasattr(value[0], "item") else value[0]
+
+
+def _per_layer(value, n_layer: int) -> list[int]:
+    if isinstance(value, list):
+        return [int(v) for v in value]
+    return [int(value)] * n_layer
+
+
+def read_model(path: Path | str) -> ModelInfo:
+    """Layer sizes and KV shapes from a GGUF file's header and tensor table."""
+    reader = GGUFReader(str(path))
+    arch = _field(reader, "general.architecture")
+    n_layer = int(_field(reader, f"{arch}.block_count"))
+    n_embd = int(_field(reader, f"{arch}.embedding_length"))
+    n_head = _per_layer(_field(reader, f"{arch}.attention.head_count"), n_layer)
+    n_head_kv = _per_layer(_field(reader, f"{arch}.attention.head_count_kv", n_head), n_layer)
+    head_k = _field(reader, f"{arch}.attention.key_length")
+    head_v = _field(reader, f"{arch}.attention.value_length")
+    layer_bytes = [0] * n_layer
+    input_bytes = output_bytes = 0
+    n_vocab = 0
+    for tensor in reader.tensors:
+        match = re.match(r"blk\.(\d+)\.", tensor.name)
+        if match:
+            layer_bytes[int(match.group(1))] += int(tensor.n_bytes)
+        elif tensor.name.startswith("token_embd"):
+            input_bytes += int(tensor.n_bytes)
+            n_vocab = int(tensor.shape[-1])
+        else:
+            output_bytes += int(tensor.n_bytes)
+    if not any(t.name == "output.weight" for t in reader.tensors):
+        output_bytes += input_bytes  # tied embeddings: the output projection is token_embd again
+    kv = []
+    for il in range(n_layer):
+        hk = int(head_k) if head_k else n_embd // n_head[il]
+        hv = int(head_v) if head_v else n_embd // n_head[il]
+        kv.append((n_head_kv[il] * hk, n_head_kv[il] * hv))
+    window = int(_field(reader, f"{arch}.attention.sliding_window", 0) or 0)
+    pattern = _field(reader, f"{arch}.attention.sliding_window_pattern", DEFAULT_SWA_PATTERN.get(arch))
+    if window and isinstance(pattern, list):
+        swa = tuple(bool(p) for p in pattern)
+    elif window and pattern:
+        swa = tuple((il + 1) % int(pattern) != 0 for il in range(n_layer))  # every Nth layer is global
+    else:
+        swa = tuple(False for _ in range(n_layer))
+    return ModelInfo(path=str(path), arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=n_vocab,
+                     n_ctx_train=int(_field(reader, f"{arch}.context_length", 0)), layer_bytes=tuple(layer_bytes),
+                     input_bytes=input_bytes, output_bytes=output_bytes, kv_per_token=tuple(kv),
+                     swa_window=window, swa_layers=swa)
+
+
+def kv_bytes(model: ModelInfo, layers: list[int], ctx: int, parallel: int, type_k: str, type_v: str) -> int:
+    """KV cache bytes of these layers: ctx cells for global layers, the window per slot for sliding ones."""
+    total = 0.0
+    for il in layers:
+        k, v = model.kv_per_token[il]
+        cells = min(ctx, model.swa_window * parallel + UBATCH) if model.swa_layers and model.swa_layers[il] else ctx
+        total += cells * (k * CACHE_TYPE_BYTES[type_k] + v * CACHE_TYPE_BYTES[type_v])
+    return int(total)
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str  # RPC0, CUDA0, ...
+    host: str
+    gpu: str
+    vram_bytes: int
+    bandwidth: float  # bytes/s
+
+
+@dataclass
+class Placement:
+    device: Device
+    layers: list[int] = field(default_factory=list)
+    weights: int = 0
+    kv: int = 0
+    reserve: int = COMPUTE_RESERVE
+
+    @property
+    def free(self) -> int:
+        return self.device.vram_bytes - self.weights - self.kv - self.reserve
+
+    @property
+    def fits(self) -> bool:
+        return self.free >= 0
+
+
+def assign_layers(n_layer: int, shares: list[float]) -> list[list[int]]:
+    """llama.cpp's rule: layer i goes to the first device whose cumulative share exceeds i / n_layer."""
+    total = sum(shares)
+    cumulative, acc = [], 0.0
+    for s in shares:
+        acc += s / total
+        cumulative.append(acc)
+    out: list[list[int]] = [[] for _ in shares]
+    for il in range(n_layer):
+        pos = il / n_layer
+        index = next(i for i, c in enumerate(cumulative) if pos < c - 1e-12 or i == len(cumulative) - 1)
+        out[index].append(il)
+    return out
+
+
+def place(model: ModelInfo, devices: list[Device], shares: list[float], ctx: int, parallel: int,
+          type_k: str, type_v: str) -> list[Placement]:
+    """Weights, KV and reserve per device for a split; the last device also holds the output layer."""
+    placements = []
+    for device, layers in zip(devices, assign_layers(model.n_layer, shares)):
+        p = Placement(device=device, layers=layers, weights=sum(model.layer_bytes[i] for i in layers),
+                      kv=kv_bytes(model, layers, ctx, parallel, type_k, type_v))
+        placements.append(p)
+    last = placements[-1]
+    last.weights += model.output_bytes
+    last.reserve += model.n_vocab * UBATCH * 4  # logits
+    return placements
+
+
+def ceiling(placements: list[Placement], hop_seconds: float = HOP_SECONDS) -> float:
+    """Tokens/s when every token reads each device's weights once, device after device."""
+    seconds = sum(p.weights / p.device.bandwidth for p in placements if p.weights)
+    hops = sum(1 for p in placements if p.weights) - 1
+    return 1.0 / (seconds + max(0, hops) * hop_seconds)
+
+
+def auto_split(model: ModelInfo, devices: list[Device], ctx: int, parallel: int, type_k: str, type_v: str) -> list[int]:
+    """Layers per device (in device order) that maximize the ceiling within every device's memory.
+
+    The time per token is sum(bytes_i / bandwidth_i), so layers go to the fastest device that still
+    has room, then the next; the order of the devices (remote first, local last) stays as it is.
+    The sum is below n_layer when the model does not fit.
+    """
+    n = model.n_layer
+    per_layer = [model.layer_bytes[i] + kv_bytes(model, [i], ctx, parallel, type_k, type_v) for i in range(n)]
+    mean = sum(per_layer) / n
+    counts = [0] * len(devices)
+    left = n
+    for i in sorted(range(len(devices)), key=lambda i: -devices[i].bandwidth):
+        room = devices[i].vram_bytes - COMPUTE_RESERVE
+        if i == len(devices) - 1:
+            room -= model.output_bytes + model.n_vocab * UBATCH * 4
+        counts[i] = max(0, min(left, int(room // mean)))
+        left -= counts[i]
+    # the mean hides heavier layers (global attention among sliding ones): give back until all fit
+    for _ in range(n):
+        if sum(counts) == 0:
+            break
+        placements = place(model, devices, [float(c) for c in counts], ctx, parallel, type_k, type_v)
+        bad = [i for i, p in enumerate(placements) if not p.fits and counts[i]]
+        if not bad:
+            break
+        counts[bad[0]] -= 1
+    return counts
+
+
+# --- the cluster's view ---
+
+@dataclass
+class CapacityPlan:
+    placements: list[Placement]  # one per device, in device order
+    host_bytes: int  # weights left in the coordinator's host memory (token embeddings, layers not offloaded)
+    split: list[int]  # layers per device
+    tokens_per_s: float
+    problems: list[str]  # each one stops the deploy
+    warnings: list[str]
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+    def table(self) -> str:
+        rows = [f"{'device':<26} {'card':<18} {'layers':>6} {'weights':>9} {'KV':>8} {'reserve':>8} "
+                f"{'memory':>8} {'free':>8}  fit"]
+        for p in self.placements:
+            d = p.device
+            memory = f"{d.vram_bytes / GIB:7.2f}G" if d.vram_bytes else "     n/a"
+            free = f"{p.free / GIB:7.2f}G" if d.vram_bytes else "     n/a"
+            fit = ("yes" if p.fits else "NO") if d.vram_bytes else "n/a"
+            rows.append(f"{d.name + ' ' + d.host:<26} {d.gpu:<18} {len(p.layers):>6} {p.weights / GIB:8.2f}G "
+                        f"{p.kv / GIB:7.2f}G {p.reserve / GIB:7.2f}G {memory} {free}  {fit}")
+        rows.append(f"host memory of the coordinator: {self.host_bytes / GIB:.2f}G (token embeddings"
+                    f"{', layers kept on the CPU' if self.host_bytes and any(not p.layers for p in self.placements) else ''})")
+        rows.append(f"split: {','.join(str(c) for c in self.split)}   predicted ceiling: {self.tokens_per_s:.1f} tokens/s")
+        rows += [f"warning: {w}" for w in self.warnings] + [f"does not fit: {p}" for p in self.problems]
+        return "\n".join(rows)
+
+
+CPU_DEVICE_BANDWIDTH = 40e9  # a CPU rpc-server's memory, roughly (DDR4 dual channel); no fit check on CPUs
+SPECULATIVE_FLAGS = ("--spec-type", "-md", "--model-draft", "--draft", "--draft-max", "-mtp", "--mtp")
+
+
+def devices_of(cluster) -> list[Device]:
+    """Every worker's devices first (RPC0, RPC1, ...), the coordinator's GPUs last, as llama-server sees them."""
+    out = []
+    index = 0
+    for worker in cluster.workers:
+        for gpu in worker.gpus or [None]:
+            out.append(Device(name=f"RPC{index}", host=worker.name, gpu=gpu.name if gpu else "CPU",
+                              vram_bytes=int(gpu.vram_gib * GIB) if gpu else 0,
+                              bandwidth=gpu.bandwidth_gbs * 1e9 if gpu else CPU_DEVICE_BANDWIDTH))
+            index += 1
+    for i, gpu in enumerate(cluster.coordinator.gpus):
+        out.append(Device(name=f"CUDA{i}", host=cluster.coordinator.name, gpu=gpu.name,
+                          vram_bytes=int(gpu.vram_gib * GIB), bandwidth=gpu.bandwidth_gbs * 1e9))
+    return out
+
+
+def plan_cluster(cluster, model: ModelInfo) -> CapacityPlan:
+    s = cluster.settings
+    devices = devices_of(cluster)
+    ctx, parallel, tk, tv = s["llama_ctx_size"], s["llama_parallel"], s["llama_cache_type_k"], s["llama_cache_type_v"]
+    n_off = min(s["llama_n_gpu_layers"], model.n_layer)
+    offloaded = list(range(model.n_layer - n_off, model.n_layer))
+    output_on_device = s["llama_n_gpu_layers"] > model.n_layer
+    sub = ModelInfo(**{**model.__dict__, "n_layer": len(offloaded),
+                       "layer_bytes": tuple(model.layer_bytes[i] for i in offloaded),
+                       "kv_per_token": tuple(model.kv_per_token[i] for i in offloaded),
+                       "swa_layers": tuple(model.swa_layers[i] for i in offloaded) if model.swa_layers else (),
+                       "output_bytes": model.output_bytes if output_on_device else 0})
+    split_setting = s["llama_tensor_split"]
+    if split_setting == "auto":
+        counts = auto_split(sub, devices, ctx, parallel, tk, tv)
+        shares = [float(c) for c in counts] if sum(counts) else [1.0] * len(devices)
+    elif split_setting:
+        shares = [float(x) for x in split_setting]
+    else:  # llama.cpp's default: by memory (free memory on the devices; total memory here)
+        shares = [float(d.vram_bytes or 1) for d in devices]
+    placements = place(sub, devices, shares, ctx, parallel, tk, tv) if sub.n_layer else [Placement(d) for d in devices]
+    for p in placements:  # layer numbers of the whole model
+        p.layers = [offloaded[i] for i in p.layers]
+    host_bytes = model.input_bytes + sum(model.layer_bytes[i] for i in range(model.n_layer - n_off)) + (
+        0 if output_on_device else model.output_bytes)
+    problems = []
+    if split_setting == "auto" and sum(counts) < sub.n_layer:
+        problems.append(f"{sub.n_layer} layers with {ctx} context ({tk}/{tv} KV, {parallel} slots) need more memory "
+                        f"than the devices have: {sum(counts)} layers fit")
+    for p in placements:
+        if p.device.vram_bytes and not p.fits:
+            need = p.weights + p.kv + p.reserve
+            problems.append(f"{ctx // 1024}K context with {tk} KV needs {need / GIB:.1f} GiB on the {p.device.gpu} "
+                            f"({p.device.name}, {p.device.host}), it has {p.device.vram_bytes / GIB:.1f}")
+    warnings = []
+    if tk in QUANTIZED_TYPES or tv in QUANTIZED_TYPES:
+        f16 = place(sub, devices, shares, ctx, parallel, "f16", "f16") if sub.n_layer else []
+        if f16 and all(p.fits or not p.device.vram_bytes for p in f16):
+            warnings.append(f"KV cache {tk}/{tv} although f16 fits: f16 measured faster over RPC (23.5 vs 20 tok/s)")
+    extra = " ".join(s["llama_extra_args"])
+    if any(flag in extra.split() for flag in SPECULATIVE_FLAGS):
+        warnings.append("speculative decoding / MTP with RPC devices: measured slower, not faster (seed article)")
+    return CapacityPlan(placements=placements, host_bytes=host_bytes, split=[len(p.layers) for p in placements],
+                        tokens_per_s=ceiling(placements) if any(p.weights for p in placements) else 0.0,
+                        problems=problems, warnings=warnings)
+
+
+QUANTIZED_TYPES = {"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}

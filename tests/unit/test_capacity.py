@@ -1,0 +1,120 @@
+"""The planner's arithmetic against figures computed by hand, on GGUF headers shaped like real models."""
+import pytest
+
+from llama_rpc_deploy.capacity import (GIB, Device, ModelInfo, auto_split, ceiling, kv_bytes, place, plan_cluster,
+                                       read_model)
+
+from .helpers import cluster
+from .shaped import write_shaped
+
+
+@pytest.fixture(scope="module")
+def llama8b(tmp_path_factory):
+    """Llama-3.1-8B's shapes in Q4_K (Q6_K embeddings and output)."""
+    path = tmp_path_factory.mktemp("m") / "llama-8b.gguf"
+    return read_model(write_shaped(path, arch="llama", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, head_dim=128,
+                                   n_ff=14336, n_vocab=128256))
+
+
+@pytest.fixture(scope="module")
+def gemma27b(tmp_path_factory):
+    """Gemma-3-27B's shapes: 62 layers, sliding window 1024 on 5 of every 6, tied embeddings."""
+    path = tmp_path_factory.mktemp("m") / "gemma-27b.gguf"
+    return read_model(write_shaped(path, arch="gemma3", n_layer=62, n_embd=5376, n_head=32, n_head_kv=16, head_dim=128,
+                                   n_ff=21504, n_vocab=262208, window=1024, tied=True))
+
+
+@pytest.fixture(scope="module")
+def dense31b(tmp_path_factory):
+    """A dense 31B-class model (60 layers, 4 KV heads): 18 GB in Q4_K, too big for one 16 GB card."""
+    path = tmp_path_factory.mktemp("m") / "dense-31b.gguf"
+    return read_model(write_shaped(path, arch="llama", n_layer=60, n_embd=5120, n_head=40, n_head_kv=4, head_dim=128,
+                                   n_ff=27648, n_vocab=262144))
+
+
+def test_dense_layer_bytes_by_hand(llama8b):
+    q4k = 144 / 256  # bytes per weight
+    by_hand = (2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14336 * 4096) * q4k + 2 * 4096 * 4
+    assert llama8b.layer_bytes[0] == by_hand == 122_716_160
+    assert llama8b.input_bytes == 128256 * 4096 * 210 // 256  # Q6_K: 210 bytes per 256
+    assert llama8b.kv_per_token[0] == (8 * 128, 8 * 128)
+    assert 4.7e9 < llama8b.weight_bytes < 4.9e9  # the real Q4_K_M file is 4.9 GB
+
+
+def test_dense_kv_cache_by_hand(llama8b):
+    # 32 layers x 8192 cells x (1024 K + 1024 V) x 2 bytes = 1 GiB
+    assert kv_bytes(llama8b, list(range(32)), 8192, 1, "f16", "f16") == 32 * 8192 * 2048 * 2 == GIB
+    assert kv_bytes(llama8b, list(range(32)), 8192, 1, "q8_0", "q8_0") == 32 * 8192 * 2048 * 34 // 32
+
+
+def test_sliding_window_kv_by_hand(gemma27b):
+    assert gemma27b.swa_window == 1024 and sum(gemma27b.swa_layers) == 52  # every 6th of 62 layers is global
+    assert gemma27b.output_bytes == gemma27b.input_bytes + 5376 * 4  # tied: token_embd again, plus the norm
+    # global: 10 layers x 65536 cells; sliding: 52 layers x min(65536, 1024 x 4 slots + 512) cells;
+    # each cell (16 x 128 K + 16 x 128 V) x 2 bytes = 8192 bytes
+    assert kv_bytes(gemma27b, list(range(62)), 65536, 4, "f16", "f16") == 10 * 65536 * 8192 + 52 * 4608 * 8192
+
+
+def seed_model(weights_gb=17.0, n_layer=60):
+    layer = int(weights_gb * 1e9 / n_layer)
+    return ModelInfo(path="-", arch="x", n_layer=n_layer, n_embd=5376, n_vocab=262144, n_ctx_train=131072,
+                     layer_bytes=(layer,) * n_layer, input_bytes=0, output_bytes=0,
+                     kv_per_token=((2048, 2048),) * n_layer)
+
+
+DESKTOP_4080 = Device("CUDA0", "desktop", "RTX 4080", 16 * GIB, 717e9)
+SERVER_5060TI = Device("RPC0", "server", "RTX 5060 Ti 16GB", 16 * GIB, 448e9)
+
+
+def test_seed_ceiling_is_about_32_tokens_per_second():
+    """17 GB split in half over a 4080 (717 GB/s) and a 5060 Ti (448 GB/s): 1 / (8.5/717 + 8.5/448) s."""
+    placements = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], [1, 1], 4096, 1, "f16", "f16")
+    assert [len(p.layers) for p in placements] == [30, 30]
+    by_hand = 1 / (8.5e9 / 448e9 + 8.5e9 / 717e9 + 0.0003)
+    assert ceiling(placements) == pytest.approx(by_hand)
+    assert 31.5 < ceiling(placements) < 33.5
+
+
+def test_auto_split_fills_the_faster_card_first():
+    counts = auto_split(seed_model(), [SERVER_5060TI, DESKTOP_4080], 8192, 1, "f16", "f16")
+    assert sum(counts) == 60 and counts[1] > counts[0]
+    placements = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], [float(c) for c in counts], 8192, 1, "f16", "f16")
+    assert all(p.fits for p in placements)
+    half = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], [1, 1], 8192, 1, "f16", "f16")
+    assert ceiling(placements) > ceiling(half)
+
+
+def test_plan_for_the_seed_pair_fits_64k_and_refuses_128k(dense31b):
+    assert dense31b.weight_bytes > 16 * GIB  # fits neither card alone
+    fits = plan_cluster(cluster(all_data={"llama_ctx_size": 65536, "llama_parallel": 4, "llama_tensor_split": "auto"}),
+                        dense31b)
+    assert fits.fits, fits.problems
+    assert [p.device.name for p in fits.placements] == ["RPC0", "CUDA0"]
+    assert sum(fits.split) == 60
+    # KV at 128K: 60 layers x 131072 cells x (512 + 512) x 2 bytes = 15 GiB on top of 18 GB of weights
+    assert kv_bytes(dense31b, list(range(60)), 131072, 4, "f16", "f16") == 60 * 131072 * 1024 * 2 == 15 * GIB
+    too_big = plan_cluster(cluster(all_data={"llama_ctx_size": 131072, "llama_parallel": 4, "llama_tensor_split": [1, 1]}),
+                           dense31b)
+    assert not too_big.fits
+    assert any(p.startswith("128K context with f16 KV needs ") and "it has 16.0" in p for p in too_big.problems)
+
+
+def test_sliding_window_makes_128k_fit_where_dense_does_not(gemma27b):
+    plan = plan_cluster(cluster(all_data={"llama_ctx_size": 131072, "llama_parallel": 4, "llama_tensor_split": [1, 1]}),
+                        gemma27b)
+    assert plan.fits, plan.problems
+
+
+def test_plan_warns_on_quantized_kv_that_is_not_needed_and_on_speculative_decoding(gemma27b):
+    plan = plan_cluster(cluster(all_data={"llama_ctx_size": 8192, "llama_cache_type_k": "q8_0", "llama_cache_type_v": "q8_0",
+                                          "llama_extra_args": ["--spec-type", "mtp"]}), gemma27b)
+    assert any("although f16 fits" in w for w in plan.warnings)
+    assert any("speculative decoding" in w for w in plan.warnings)
+
+
+def test_partial_offload_keeps_the_first_layers_on_the_host(llama8b):
+    c = cluster(coordinator={"gpus": []}, workers=[{"gpus": []}, {"gpus": []}],
+                all_data={"image_backend": "cpu", "llama_n_gpu_layers": 6, "llama_tensor_split": [1, 1]})
+    plan = plan_cluster(c, llama8b)
+    assert [p.layers for p in plan.placements] == [[26, 27, 28], [29, 30, 31]]
+    assert plan.host_bytes == llama8b.input_bytes + 26 * llama8b.layer_bytes[0] + llama8b.output_bytes
