@@ -13,13 +13,13 @@ The logic lives in llama_rpc_deploy/ (settings, plan, render); this file only sa
 """
 from io import StringIO
 
-from pyinfra import host, inventory
+from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
 from pyinfra.operations import files, server, systemd
 
-from llama_rpc_deploy import deployment, facts, render
+from llama_rpc_deploy import capacity, deployment, facts, render
 from llama_rpc_deploy.plan import FILES
 from llama_rpc_deploy.settings import SettingsError
 
@@ -45,6 +45,10 @@ def check_host():
     if ME.gpus and dep.cluster.settings["image_backend"] == "cuda" and "nvidia" not in host.get_fact(facts.DockerRuntimes):
         raise DeployError(f"{host.name}: gpus = {s['gpus']!r} but Docker has no nvidia runtime: "
                           "install the NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker)")
+    found = host.get_fact(facts.NvidiaGpus)
+    if found and len(found) != len(ME.gpus):
+        logger.warning(f"{host.name}: nvidia-smi lists {len(found)} GPUs ({', '.join(n for n, _ in found)}), "
+                       f"gpus lists {len(ME.gpus)}: the plan and the device order follow gpus")
     port, ours = (s["llama_port"], "llama-server") if ROLE == "coordinator" else (s["rpc_port"], "rpc-server")
     listener = host.get_fact(facts.TcpListener, port=port)
     if listener is not None and listener != ours:
@@ -66,6 +70,24 @@ def check_host():
 def ssh_port(worker):
     """The port the coordinator uses to reach a worker's sshd (the inventory's, unless set apart)."""
     return worker.settings["transfer_ssh_port"] or inventory.get_host(worker.name).data.get("ssh_port", 22)
+
+
+def check_capacity():
+    """The planner, on the model file's header read from the coordinator: refuse what won't fit,
+    warn on what the seed measured slow, and resolve llama_tensor_split = 'auto'."""
+    global dep
+    model_path = dep.cluster.settings["llama_model_path"]
+    try:
+        model = capacity.read_remote_model(lambda limit: host.get_fact(facts.GgufHeader, path=model_path, limit=limit))
+    except Exception as error:  # not a GGUF file
+        raise DeployError(f"llama_model_path = {model_path!r}: {error}") from None
+    plan = capacity.plan_cluster(dep.cluster, model)
+    for line in plan.table().splitlines():
+        logger.info(f"    [plan] {line}")
+    if plan.problems:
+        raise DeployError("; ".join(plan.problems) + " (python3 -m llama_rpc_deploy plan shows the table)")
+    if dep.cluster.settings["llama_tensor_split"] == "auto":
+        dep = deployment.with_split(dep, plan.split)
 
 
 def put(path, content, mode="644"):
@@ -180,6 +202,8 @@ def barrier(label):
 
 if ROLE != "none":
     check_host()
+    if ROLE == "coordinator":
+        check_capacity()
     if ROLE == "worker":
         prepare_worker()
     if ROLE == "coordinator":

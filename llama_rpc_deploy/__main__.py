@@ -4,6 +4,9 @@
   lab down                 remove everything the lab made
   lab pin | lab unpin      each lab host on its own core (for measurements) / back on all cores
   complete [-i INVENTORY]  ask the deployed llama-server for a completion; print it and tokens/s
+  plan [-i INVENTORY] [--model LOCAL.gguf]
+                           per device: layers, weights, KV cache, free memory; the tokens/s ceiling;
+                           exits 2 when something does not fit
   settings [--write-readme]  the settings table (Markdown), from the schema
   model OUT.gguf           write a small random-weight llama GGUF
 """
@@ -15,7 +18,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from . import lab, settings
+from . import capacity, lab, settings
 from .deployment import offline_cluster
 from .settings import SettingsError
 from .testmodel import main as model_main
@@ -45,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     p_complete.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
     p_complete.add_argument("--prompt", default="Two computers, one model:")
     p_complete.add_argument("-n", "--n-predict", type=int, default=32)
+    p_plan = sub.add_parser("plan")
+    p_plan.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
+    p_plan.add_argument("--model", type=Path, help="a local copy of the GGUF file (default: llama_model_path, "
+                                                    "when this machine has it)")
     p_settings = sub.add_parser("settings")
     p_settings.add_argument("--write-readme", action="store_true", help="replace the table in README.md")
     p_model = sub.add_parser("model")
@@ -66,6 +73,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"completion: {result.get('content', '')!r}")
             print(f"{t.get('predicted_n', 0)} tokens at {t.get('predicted_per_second', 0):.1f} tokens/s "
                   f"(prompt {t.get('prompt_n', 0)} tokens at {t.get('prompt_per_second', 0):.1f} tokens/s)")
+        elif args.command == "plan":
+            cluster = offline_cluster(args.inventory)
+            model = args.model or Path(cluster.settings["llama_model_path"])
+            if not model.is_file():
+                print(f"error: {model} is not on this machine: pass --model with a copy of the GGUF file "
+                      "(only its header is read)", file=sys.stderr)
+                return 2
+            plan = capacity.plan_cluster(cluster, capacity.read_model(model))
+            print(plan.table())
+            return 2 if plan.problems else 0
         elif args.command == "settings":
             if args.write_readme:
                 readme = Path(__file__).resolve().parent.parent / "README.md"

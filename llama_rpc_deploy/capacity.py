@@ -147,33 +147,54 @@ class Placement:
         return self.free >= 0
 
 
-def assign_layers(n_layer: int, shares: list[float]) -> list[list[int]]:
-    """llama.cpp's rule: layer i goes to the first device whose cumulative share exceeds i / n_layer."""
+def assign_layers(n_layer: int, n_gpu_layers: int, shares: list[float]) -> list[int | None]:
+    """llama.cpp's rule (llama-model.cpp): the device index of layers 0..n_layer-1 and of the output
+    layer (index n_layer), or None for the CPU. The last n_gpu_layers of those n_layer + 1 go to the
+    devices, split by the cumulative shares."""
     total = sum(shares)
-    cumulative, acc = [], 0.0
-    for s in shares:
-        acc += s / total
-        cumulative.append(acc)
-    out: list[list[int]] = [[] for _ in shares]
-    for il in range(n_layer):
-        pos = il / n_layer
-        index = next(i for i, c in enumerate(cumulative) if pos < c - 1e-12 or i == len(cumulative) - 1)
-        out[index].append(il)
+    splits, acc = [], 0.0
+    for share in shares:
+        acc += share
+        splits.append(acc / total)
+    start = max(n_layer + 1 - n_gpu_layers, 0)
+    active = min(n_gpu_layers, n_layer + 1)
+    out: list[int | None] = []
+    for il in range(n_layer + 1):
+        if il < start or il - start >= active:
+            out.append(None)
+        else:
+            x = (il - start) / active
+            out.append(min(next((i for i, c in enumerate(splits) if c > x), len(splits) - 1), len(splits) - 1))
     return out
 
 
 def place(model: ModelInfo, devices: list[Device], shares: list[float], ctx: int, parallel: int,
-          type_k: str, type_v: str) -> list[Placement]:
-    """Weights, KV and reserve per device for a split; the last device also holds the output layer."""
-    placements = []
-    for device, layers in zip(devices, assign_layers(model.n_layer, shares)):
-        p = Placement(device=device, layers=layers, weights=sum(model.layer_bytes[i] for i in layers),
-                      kv=kv_bytes(model, layers, ctx, parallel, type_k, type_v))
-        placements.append(p)
-    last = placements[-1]
-    last.weights += model.output_bytes
-    last.reserve += model.n_vocab * UBATCH * 4  # logits
-    return placements
+          type_k: str, type_v: str, n_gpu_layers: int = 999) -> tuple[list[Placement], int]:
+    """Weights, KV and reserve per device for a split, and the bytes left in the host's memory
+    (token embeddings always, plus whatever is not offloaded)."""
+    placements = [Placement(device=d) for d in devices]
+    host = model.input_bytes
+    where = assign_layers(model.n_layer, n_gpu_layers, shares)
+    for il, index in enumerate(where[:-1]):
+        if index is None:
+            host += model.layer_bytes[il]
+            continue
+        p = placements[index]
+        p.layers.append(il)
+        p.weights += model.layer_bytes[il]
+        p.kv += kv_bytes(model, [il], ctx, parallel, type_k, type_v)
+    if where[-1] is None:
+        host += model.output_bytes
+    else:
+        placements[where[-1]].weights += model.output_bytes
+        placements[where[-1]].reserve += model.n_vocab * UBATCH * 4  # logits
+    return placements, host
+
+
+def render_shares(counts: list[int]) -> list[int]:
+    """--tensor-split values that give exactly these layer counts under llama.cpp's rule: the output
+    layer counts as one more layer on the last device."""
+    return counts[:-1] + [counts[-1] + 1]
 
 
 def ceiling(placements: list[Placement], hop_seconds: float = HOP_SECONDS) -> float:
@@ -205,7 +226,7 @@ def auto_split(model: ModelInfo, devices: list[Device], ctx: int, parallel: int,
     for _ in range(n):
         if sum(counts) == 0:
             break
-        placements = place(model, devices, [float(c) for c in counts], ctx, parallel, type_k, type_v)
+        placements, _ = place(model, devices, [float(c) for c in render_shares(counts)], ctx, parallel, type_k, type_v)
         bad = [i for i, p in enumerate(placements) if not p.fits and counts[i]]
         if not bad:
             break
@@ -219,7 +240,7 @@ def auto_split(model: ModelInfo, devices: list[Device], ctx: int, parallel: int,
 class CapacityPlan:
     placements: list[Placement]  # one per device, in device order
     host_bytes: int  # weights left in the coordinator's host memory (token embeddings, layers not offloaded)
-    split: list[int]  # layers per device
+    split: list  # --tensor-split values, in device order
     tokens_per_s: float
     problems: list[str]  # each one stops the deploy
     warnings: list[str]
@@ -240,7 +261,7 @@ class CapacityPlan:
                         f"{p.kv / GIB:7.2f}G {p.reserve / GIB:7.2f}G {memory} {free}  {fit}")
         rows.append(f"host memory of the coordinator: {self.host_bytes / GIB:.2f}G (token embeddings"
                     f"{', layers kept on the CPU' if self.host_bytes and any(not p.layers for p in self.placements) else ''})")
-        rows.append(f"split: {','.join(str(c) for c in self.split)}   predicted ceiling: {self.tokens_per_s:.1f} tokens/s")
+        rows.append(f"tensor split: {','.join(str(c) for c in self.split)}   predicted ceiling: {self.tokens_per_s:.1f} tokens/s")
         rows += [f"warning: {w}" for w in self.warnings] + [f"does not fit: {p}" for p in self.problems]
         return "\n".join(rows)
 
@@ -269,31 +290,20 @@ def plan_cluster(cluster, model: ModelInfo) -> CapacityPlan:
     s = cluster.settings
     devices = devices_of(cluster)
     ctx, parallel, tk, tv = s["llama_ctx_size"], s["llama_parallel"], s["llama_cache_type_k"], s["llama_cache_type_v"]
-    n_off = min(s["llama_n_gpu_layers"], model.n_layer)
-    offloaded = list(range(model.n_layer - n_off, model.n_layer))
-    output_on_device = s["llama_n_gpu_layers"] > model.n_layer
-    sub = ModelInfo(**{**model.__dict__, "n_layer": len(offloaded),
-                       "layer_bytes": tuple(model.layer_bytes[i] for i in offloaded),
-                       "kv_per_token": tuple(model.kv_per_token[i] for i in offloaded),
-                       "swa_layers": tuple(model.swa_layers[i] for i in offloaded) if model.swa_layers else (),
-                       "output_bytes": model.output_bytes if output_on_device else 0})
+    ngl = s["llama_n_gpu_layers"]
     split_setting = s["llama_tensor_split"]
+    problems = []
     if split_setting == "auto":
-        counts = auto_split(sub, devices, ctx, parallel, tk, tv)
-        shares = [float(c) for c in counts] if sum(counts) else [1.0] * len(devices)
+        counts = auto_split(model, devices, ctx, parallel, tk, tv)
+        if sum(counts) < model.n_layer:
+            problems.append(f"{model.n_layer} layers with {ctx} context ({tk}/{tv} KV, {parallel} slots) need more "
+                            f"memory than the devices have: {sum(counts)} layers fit")
+        shares = [float(x) for x in render_shares(counts)] if sum(counts) else [1.0] * len(devices)
     elif split_setting:
         shares = [float(x) for x in split_setting]
-    else:  # llama.cpp's default: by memory (free memory on the devices; total memory here)
+    else:  # llama.cpp's default: by free memory (total memory here; 1 for a CPU device)
         shares = [float(d.vram_bytes or 1) for d in devices]
-    placements = place(sub, devices, shares, ctx, parallel, tk, tv) if sub.n_layer else [Placement(d) for d in devices]
-    for p in placements:  # layer numbers of the whole model
-        p.layers = [offloaded[i] for i in p.layers]
-    host_bytes = model.input_bytes + sum(model.layer_bytes[i] for i in range(model.n_layer - n_off)) + (
-        0 if output_on_device else model.output_bytes)
-    problems = []
-    if split_setting == "auto" and sum(counts) < sub.n_layer:
-        problems.append(f"{sub.n_layer} layers with {ctx} context ({tk}/{tv} KV, {parallel} slots) need more memory "
-                        f"than the devices have: {sum(counts)} layers fit")
+    placements, host_bytes = place(model, devices, shares, ctx, parallel, tk, tv, ngl)
     for p in placements:
         if p.device.vram_bytes and not p.fits:
             need = p.weights + p.kv + p.reserve
@@ -301,15 +311,46 @@ def plan_cluster(cluster, model: ModelInfo) -> CapacityPlan:
                             f"({p.device.name}, {p.device.host}), it has {p.device.vram_bytes / GIB:.1f}")
     warnings = []
     if tk in QUANTIZED_TYPES or tv in QUANTIZED_TYPES:
-        f16 = place(sub, devices, shares, ctx, parallel, "f16", "f16") if sub.n_layer else []
-        if f16 and all(p.fits or not p.device.vram_bytes for p in f16):
+        f16, _ = place(model, devices, shares, ctx, parallel, "f16", "f16", ngl)
+        if all(p.fits or not p.device.vram_bytes for p in f16):
             warnings.append(f"KV cache {tk}/{tv} although f16 fits: f16 measured faster over RPC (23.5 vs 20 tok/s)")
-    extra = " ".join(s["llama_extra_args"])
-    if any(flag in extra.split() for flag in SPECULATIVE_FLAGS):
+    if any(flag in s["llama_extra_args"] for flag in SPECULATIVE_FLAGS):
         warnings.append("speculative decoding / MTP with RPC devices: measured slower, not faster (seed article)")
-    return CapacityPlan(placements=placements, host_bytes=host_bytes, split=[len(p.layers) for p in placements],
+    rendered = [int(x) if float(x).is_integer() else x for x in shares]
+    return CapacityPlan(placements=placements, host_bytes=host_bytes, split=rendered,
                         tokens_per_s=ceiling(placements) if any(p.weights for p in placements) else 0.0,
                         problems=problems, warnings=warnings)
 
 
 QUANTIZED_TYPES = {"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
+
+
+HEADER_STEPS = (1 << 20, 8 << 20, 64 << 20)  # GGUF metadata and tensor table: KBs, or MBs with a big vocabulary
+
+
+def read_model_header(header: bytes, file_size: int) -> ModelInfo:
+    """read_model() from the first bytes of a GGUF file: the rest becomes a hole. Raises ValueError
+    when the header does not end within those bytes."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".gguf") as tmp:
+        tmp.write(header)
+        tmp.truncate(file_size)
+        tmp.flush()
+        if len(header) < file_size and GGUFReader(tmp.name).data_offset > len(header):
+            raise ValueError(f"the GGUF header is longer than {len(header)} bytes")
+        return read_model(tmp.name)
+
+
+def read_remote_model(fetch) -> ModelInfo:
+    """read_model() of a file on a host; fetch(limit) returns (file size, its first `limit` bytes)."""
+    error: Exception | None = None
+    for limit in HEADER_STEPS:
+        size, header = fetch(limit)
+        try:
+            return read_model_header(header, size)
+        except Exception as e:  # cut inside the tensor table: fetch more
+            error = e
+            if len(header) >= size:
+                break
+    raise ValueError(f"cannot read the GGUF header: {error}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .plan import Cluster, HostPlan, host_plan, make_cluster
@@ -38,6 +38,13 @@ class Deployment:
 
     def host(self, name: str) -> HostPlan:
         return next(h for h in (self.cluster.coordinator, *self.cluster.workers) if h.name == name)
+
+
+def with_split(dep: Deployment, split: list[int]) -> Deployment:
+    """The same deployment with llama_tensor_split = the planner's split (for llama_tensor_split = 'auto')."""
+    c = dep.cluster.coordinator
+    coordinator = replace(c, settings={**c.settings, "llama_tensor_split": list(split)})
+    return replace(dep, cluster=replace(dep.cluster, coordinator=coordinator))
 
 
 def layers_for(inventory, name: str, inventory_file: str) -> list[Layer]:

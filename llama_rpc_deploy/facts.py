@@ -74,3 +74,35 @@ class TcpReachable(FactBase):
 
     def process(self, output: list[str]) -> bool:
         return "yes" in output
+
+
+class GgufHeader(FactBase):
+    """(file size, the first bytes) of a GGUF file: enough for the planner to read its metadata."""
+
+    def command(self, path: str, limit: int) -> str:
+        q = shlex.quote(path)
+        return f"stat -c %s {q} && head -c {int(limit)} {q} | gzip -1 | base64 -w0 && echo"
+
+    def process(self, output: list[str]):
+        import base64
+        import gzip
+
+        if len(output) < 2 or not output[0].strip().isdigit():
+            return None
+        return int(output[0]), gzip.decompress(base64.b64decode("".join(output[1:]).strip()))
+
+
+class NvidiaGpus(FactBase):
+    """The host's NVIDIA GPUs as nvidia-smi lists them: [(name, memory in MiB)]; [] without nvidia-smi."""
+
+    def command(self) -> str:
+        return ("command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total "
+                "--format=csv,noheader,nounits 2>/dev/null || true")
+
+    def process(self, output: list[str]) -> list[tuple[str, int]]:
+        gpus = []
+        for line in output:
+            name, _, memory = line.rpartition(",")
+            if name.strip() and memory.strip().isdigit():
+                gpus.append((name.strip(), int(memory)))
+        return gpus

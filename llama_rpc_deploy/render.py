@@ -57,6 +57,8 @@ def coordinator_files(cluster: Cluster, image: str) -> dict[str, str]:
     """Path on the coordinator -> content."""
     c = cluster.coordinator
     s = c.settings
+    if s["llama_tensor_split"] == "auto":
+        raise ValueError("llama_tensor_split = 'auto' must be resolved by the planner (deployment.with_split) first")
     model = PurePosixPath(s["llama_model_path"])
     return {
         f"{s['deploy_dir']}/llama-server.sh": _render(

@@ -2,7 +2,7 @@
 import pytest
 
 from llama_rpc_deploy.capacity import (GIB, Device, ModelInfo, auto_split, ceiling, kv_bytes, place, plan_cluster,
-                                       read_model)
+                                       read_model, render_shares)
 
 from .helpers import cluster
 from .shaped import write_shaped
@@ -68,8 +68,8 @@ SERVER_5060TI = Device("RPC0", "server", "RTX 5060 Ti 16GB", 16 * GIB, 448e9)
 
 def test_seed_ceiling_is_about_32_tokens_per_second():
     """17 GB split in half over a 4080 (717 GB/s) and a 5060 Ti (448 GB/s): 1 / (8.5/717 + 8.5/448) s."""
-    placements = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], [1, 1], 4096, 1, "f16", "f16")
-    assert [len(p.layers) for p in placements] == [30, 30]
+    placements, _ = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], [30, 31], 4096, 1, "f16", "f16")
+    assert [len(p.layers) for p in placements] == [30, 30]  # the output layer counts as the 61st
     by_hand = 1 / (8.5e9 / 448e9 + 8.5e9 / 717e9 + 0.0003)
     assert ceiling(placements) == pytest.approx(by_hand)
     assert 31.5 < ceiling(placements) < 33.5
@@ -78,9 +78,10 @@ def test_seed_ceiling_is_about_32_tokens_per_second():
 def test_auto_split_fills_the_faster_card_first():
     counts = auto_split(seed_model(), [SERVER_5060TI, DESKTOP_4080], 8192, 1, "f16", "f16")
     assert sum(counts) == 60 and counts[1] > counts[0]
-    placements = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], [float(c) for c in counts], 8192, 1, "f16", "f16")
+    placements, _ = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], render_shares(counts), 8192, 1, "f16", "f16")
+    assert [len(p.layers) for p in placements] == counts
     assert all(p.fits for p in placements)
-    half = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], [1, 1], 8192, 1, "f16", "f16")
+    half, _ = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], [30, 31], 8192, 1, "f16", "f16")
     assert ceiling(placements) > ceiling(half)
 
 
@@ -90,7 +91,7 @@ def test_plan_for_the_seed_pair_fits_64k_and_refuses_128k(dense31b):
                         dense31b)
     assert fits.fits, fits.problems
     assert [p.device.name for p in fits.placements] == ["RPC0", "CUDA0"]
-    assert sum(fits.split) == 60
+    assert sum(len(p.layers) for p in fits.placements) == 60 and fits.host_bytes == dense31b.input_bytes
     # KV at 128K: 60 layers x 131072 cells x (512 + 512) x 2 bytes = 15 GiB on top of 18 GB of weights
     assert kv_bytes(dense31b, list(range(60)), 131072, 4, "f16", "f16") == 60 * 131072 * 1024 * 2 == 15 * GIB
     too_big = plan_cluster(cluster(all_data={"llama_ctx_size": 131072, "llama_parallel": 4, "llama_tensor_split": [1, 1]}),
@@ -116,5 +117,7 @@ def test_partial_offload_keeps_the_first_layers_on_the_host(llama8b):
     c = cluster(coordinator={"gpus": []}, workers=[{"gpus": []}, {"gpus": []}],
                 all_data={"image_backend": "cpu", "llama_n_gpu_layers": 6, "llama_tensor_split": [1, 1]})
     plan = plan_cluster(c, llama8b)
-    assert [p.layers for p in plan.placements] == [[26, 27, 28], [29, 30, 31]]
-    assert plan.host_bytes == llama8b.input_bytes + 26 * llama8b.layer_bytes[0] + llama8b.output_bytes
+    # llama.cpp counts the output layer as layer 32: -ngl 6 offloads layers 27..31 and the output
+    assert [p.layers for p in plan.placements] == [[27, 28, 29], [30, 31]]
+    assert plan.placements[1].weights == 2 * llama8b.layer_bytes[0] + llama8b.output_bytes
+    assert plan.host_bytes == llama8b.input_bytes + 27 * llama8b.layer_bytes[0]

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import testinfra
 
-from llama_rpc_deploy.deployment import from_cluster, offline_cluster, read_inventory
+from llama_rpc_deploy.capacity import plan_cluster, read_remote_model
+from llama_rpc_deploy.deployment import from_cluster, offline_cluster, read_inventory, with_split
+from llama_rpc_deploy.facts import GgufHeader
 
 
 def pytest_addoption(parser):
@@ -47,8 +49,25 @@ def _inventory_path(config) -> Path:
 
 
 @pytest.fixture(scope="session")
-def deployment(request):
+def offline(request):
+    """The deployment as computed from inventory and group_data alone."""
     return from_cluster(offline_cluster(_inventory_path(request.config)), with_key=False)
+
+
+@pytest.fixture(scope="session")
+def model(offline, connect):
+    """The model's GGUF header, read on the coordinator the way the deploy reads it."""
+    coordinator = connect(offline.cluster.coordinator.name)
+    fact, path = GgufHeader(), offline.cluster.settings["llama_model_path"]
+    return read_remote_model(lambda limit: fact.process(coordinator.check_output(fact.command(path, limit)).splitlines()))
+
+
+@pytest.fixture(scope="session")
+def deployment(offline, request):
+    """What the deploy computed: with llama_tensor_split = 'auto', the planner's split."""
+    if offline.cluster.settings["llama_tensor_split"] == "auto":
+        return with_split(offline, plan_cluster(offline.cluster, request.getfixturevalue("model")).split)
+    return offline
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,10 @@ import json
 import re
 import urllib.request
 
+import pytest
+
 from llama_rpc_deploy import render
+from llama_rpc_deploy.capacity import plan_cluster
 
 
 def _url(deployment, path):
@@ -99,3 +102,20 @@ def test_worker_holds_part_of_the_model(coordinator, worker_plan):
     sizes = [float(m) for m in re.findall(rf"RPC\d+\[{endpoint}\] model buffer size =\s*([0-9.]+) MiB", log)]
     assert sizes, f"no model buffer on {worker_plan.rpc_endpoint} in llama-server's log"
     assert sizes[-1] > 0
+
+
+def test_planner_weights_match_llama_cpp_load_report(coordinator, deployment, model):
+    """The capacity planner's weights per device, within 10% of what llama-server reported loading."""
+    plan = plan_cluster(deployment.cluster, model)
+    log = coordinator.check_output("journalctl -u %s --no-pager -o cat -n 5000", render.COORDINATOR_UNIT)
+    mib = 1024 ** 2
+    for worker in deployment.cluster.workers:
+        mine = [p for p in plan.placements if p.device.host == worker.name]
+        for index, placement in enumerate(mine):  # the load report numbers each server's devices from 0
+            name = re.escape(f"RPC{index}[{worker.rpc_endpoint}]")
+            reported = [float(m) for m in re.findall(rf"{name} model buffer size =\s*([0-9.]+) MiB", log)]
+            assert reported, f"no load report for {worker.rpc_endpoint}"
+            assert reported[-1] == pytest.approx(placement.weights / mib, rel=0.10), placement.device.name
+    host = [float(m) for m in re.findall(r"CPU_Mapped model buffer size =\s*([0-9.]+) MiB", log)]
+    if host:  # mmap'ed weights kept in the coordinator's memory
+        assert host[-1] == pytest.approx(plan.host_bytes / mib, rel=0.10)
