@@ -240,10 +240,11 @@ def auto_split(model: ModelInfo, devices: list[Device], ctx: int, parallel: int,
 class CapacityPlan:
     placements: list[Placement]  # one per device, in device order
     host_bytes: int  # weights left in the coordinator's host memory (token embeddings, layers not offloaded)
-    split: list  # --tensor-split values, in device order
+    split: list  # --tensor-split values, in device order ([] for llama.cpp's default)
     tokens_per_s: float
     problems: list[str]  # each one stops the deploy
     warnings: list[str]
+    n_layer: int = 0
 
     @property
     def fits(self) -> bool:
@@ -259,9 +260,11 @@ class CapacityPlan:
             fit = ("yes" if p.fits else "NO") if d.vram_bytes else "n/a"
             rows.append(f"{d.name + ' ' + d.host:<26} {d.gpu:<18} {len(p.layers):>6} {p.weights / GIB:8.2f}G "
                         f"{p.kv / GIB:7.2f}G {p.reserve / GIB:7.2f}G {memory} {free}  {fit}")
+        kept = self.n_layer - sum(len(p.layers) for p in self.placements)
         rows.append(f"host memory of the coordinator: {self.host_bytes / GIB:.2f}G (token embeddings"
-                    f"{', layers kept on the CPU' if self.host_bytes and any(not p.layers for p in self.placements) else ''})")
-        rows.append(f"tensor split: {','.join(str(c) for c in self.split)}   predicted ceiling: {self.tokens_per_s:.1f} tokens/s")
+                    f"{f', {kept} layers not offloaded' if kept else ''})")
+        split = ",".join(str(c) for c in self.split) if self.split else "by free memory (llama.cpp's default)"
+        rows.append(f"tensor split: {split}   predicted ceiling: {self.tokens_per_s:.1f} tokens/s")
         rows += [f"warning: {w}" for w in self.warnings] + [f"does not fit: {p}" for p in self.problems]
         return "\n".join(rows)
 
@@ -316,16 +319,16 @@ def plan_cluster(cluster, model: ModelInfo) -> CapacityPlan:
             warnings.append(f"KV cache {tk}/{tv} although f16 fits: f16 measured faster over RPC (23.5 vs 20 tok/s)")
     if any(flag in s["llama_extra_args"] for flag in SPECULATIVE_FLAGS):
         warnings.append("speculative decoding / MTP with RPC devices: measured slower, not faster (seed article)")
-    rendered = [int(x) if float(x).is_integer() else x for x in shares]
+    rendered = [int(x) if float(x).is_integer() else x for x in shares] if split_setting else []
     return CapacityPlan(placements=placements, host_bytes=host_bytes, split=rendered,
                         tokens_per_s=ceiling(placements) if any(p.weights for p in placements) else 0.0,
-                        problems=problems, warnings=warnings)
+                        problems=problems, warnings=warnings, n_layer=model.n_layer)
 
 
 QUANTIZED_TYPES = {"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
 
 
-HEADER_STEPS = (1 << 20, 8 << 20, 64 << 20)  # GGUF metadata and tensor table: KBs, or MBs with a big vocabulary
+HEADER_STEPS = (256 << 10, 4 << 20, 32 << 20, 128 << 20)  # GGUF metadata + tensor table: KBs, MBs with a big vocabulary
 
 
 def read_model_header(header: bytes, file_size: int) -> ModelInfo:

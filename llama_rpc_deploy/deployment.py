@@ -97,7 +97,11 @@ def _python_data(path: Path) -> dict:
 
     if not path.is_file():
         return {}
-    return {k: v for k, v in runpy.run_path(str(path)).items()
+    try:
+        names = runpy.run_path(str(path))
+    except SyntaxError as error:
+        raise SettingsError(f"{path}:{error.lineno}: {error.msg}: expected Python (name = value lines)") from None
+    return {k: v for k, v in names.items()
             if not k.startswith("__") and not isinstance(v, (types.ModuleType, types.FunctionType, type))}
 
 

@@ -198,7 +198,7 @@ def place_model(container: str) -> None:
     docker("cp", str(local), f"{container}:{MODEL}")
 
 
-def lab_settings(sdist: Path) -> dict:
+def lab_settings(sdist: Path, workers: int) -> dict:
     """Settings the lab needs instead of the defaults (CPU build, the lab's base image, a small model)."""
     return {
         "image_backend": "cpu",
@@ -209,7 +209,8 @@ def lab_settings(sdist: Path) -> dict:
         "llama_model_path": MODEL,
         "llama_ctx_size": 2048,
         "llama_parallel": 2,
-        "llama_n_gpu_layers": MODEL_SHAPE.n_layer - 2,  # the last 6 layers on the workers, the rest local
+        "llama_n_gpu_layers": MODEL_SHAPE.n_layer - 2,  # with the output layer: layers 3..7 + output on the workers
+        "llama_tensor_split": [1] * workers,  # even, so the planner's figures can be checked against llama.cpp's
         "llama_threads": 1,
         "rpc_threads": 1,
         "llama_health_timeout": 300,
@@ -257,7 +258,7 @@ def up(workers: int = 1) -> Path:
     coordinator = f"{PREFIX}-coordinator"
     preload_base_image(coordinator)
     place_model(coordinator)
-    inventory = write_inventory(workers, key, known_hosts, lab_settings(sdist))
+    inventory = write_inventory(workers, key, known_hosts, lab_settings(sdist, workers))
     log(f"up: coordinator {ip_of(0)}, workers {', '.join(ip_of(i) for i in range(1, workers + 1))}; inventory {inventory}")
     return inventory
 

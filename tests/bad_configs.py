@@ -55,7 +55,8 @@ CASES = [
     Bad("health-timeout-short", on_coordinator('{"llama_health_timeout": 5}'), (C + "llama_health_timeout = 5: expected an integer >= 10",)),
     Bad("cuda-archs-format", on_coordinator('{"image_cuda_architectures": "sm_89"}'), (C + "image_cuda_architectures = 'sm_89': expected None or compute capabilities",)),
     Bad("cuda-without-gpus", on_coordinator('{"image_backend": "cuda"}'), (C + "image_backend = 'cuda' but no host lists gpus",)),
-    Bad("cuda-too-old", on_coordinator('{"image_backend": "cuda", "gpus": ["RTX 5090"], "image_build_image": "nvidia/cuda:12.4.1-devel-ubuntu22.04"}'),
+    Bad("cuda-too-old", on_coordinator('{"image_backend": "cuda", "gpus": ["RTX 5090"], "llama_tensor_split": None, '
+                       '"image_build_image": "nvidia/cuda:12.4.1-devel-ubuntu22.04"}'),
         (C + "image_build_image = 'nvidia/cuda:12.4.1-devel-ubuntu22.04': CUDA 12.4 cannot build for sm_120: expected CUDA 12.8 or newer",)),
     Bad("rpc-port-too-big", on_worker('{"rpc_port": 70000}'), (W + "rpc_port = 70000: expected an integer from 1 to 65535",)),
     Bad("rpc-cache-string", on_worker('{"rpc_cache": "on"}'), (W + "rpc_cache = 'on': expected True or False",)),

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.skipif(shutil.which("docker") is None or subprocess.run
 WORKERS = 2
 STATE = ("sha256sum /opt/llama-rpc/* /etc/systemd/system/rpc-server.service /etc/systemd/system/llama-server.service "
          "/etc/llama-rpc/* /root/.ssh/authorized_keys 2>/dev/null; "
+         "find /models /var/cache/llama-rpc -exec stat -c '%n %s %Y' {} + 2>/dev/null | sort; "
          "systemctl show -p ActiveEnterTimestampMonotonic -p NRestarts rpc-server llama-server; "
          "for c in $(docker ps -q); do docker inspect --format '{{.Name}} {{.State.StartedAt}}' $c; done | sort; "
          "docker images -q | sort")

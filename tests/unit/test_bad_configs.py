@@ -40,3 +40,10 @@ def test_bad_configuration_is_refused(case, base, tmp_path):
         offline_cluster(inventory)
     for words in expected_words(case, inventory, "10.0.0.10", "10.0.0.11"):
         assert words in str(error.value)
+
+
+def test_python_syntax_error_names_file_and_line(base, tmp_path):
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(base.read_text() + "llama_port = = 8080\n")
+    with pytest.raises(SettingsError, match=rf"{inventory}:5: invalid syntax: expected Python"):
+        offline_cluster(inventory)
