@@ -11,12 +11,13 @@ In order:
   6. coordinator: llama-server as a systemd service, after its workers; wait for /health
 The logic lives in llama_rpc_deploy/ (settings, plan, render); this file only says what goes where.
 """
+import hashlib
 from io import StringIO
 
 from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
-from pyinfra.facts.files import File
+from pyinfra.facts.files import File, Sha1File
 from pyinfra.operations import files, server, systemd
 
 from llama_rpc_deploy import capacity, deployment, facts, render
@@ -91,6 +92,11 @@ def check_capacity():
 
 
 def put(path, content, mode="644"):
+    """Upload rendered content. When it replaces different content, the old file stays as PATH.previous:
+    the last working launch scripts and units survive a deploy that goes wrong."""
+    current = host.get_fact(Sha1File, path=path)
+    if current and current != hashlib.sha1(content.encode()).hexdigest():
+        server.shell(name=f"Keep {path} as {path}.previous", commands=[f"cp -a {path} {path}.previous"])
     return files.put(name=f"Install {path}", src=StringIO(content), dest=path, mode=mode)
 
 

@@ -296,6 +296,11 @@ def plan_cluster(cluster, model: ModelInfo) -> CapacityPlan:
     ngl = s["llama_n_gpu_layers"]
     split_setting = s["llama_tensor_split"]
     problems = []
+    unknown = [f"{d.name} ({d.host})" for d in devices if not d.vram_bytes]
+    if split_setting == "auto" and unknown:
+        problems.append(f"llama_tensor_split = 'auto' needs every device's memory, and {', '.join(unknown)} "
+                        "is a CPU device: expected a list of shares for llama_tensor_split, or gpus on that host")
+        split_setting = None
     if split_setting == "auto":
         counts = auto_split(model, devices, ctx, parallel, tk, tv)
         if sum(counts) < model.n_layer:

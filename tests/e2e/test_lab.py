@@ -113,6 +113,7 @@ def test_a_server_setting_restarts_only_llama_server(deployed):
     assert changed(ops, "Send ") == []
     assert changed(ops, "llama-server running and enabled") == [coordinator]
     assert "--parallel 1 " in on(0, "cat /opt/llama-rpc/llama-server.sh").stdout
+    assert "--parallel 2 " in on(0, "cat /opt/llama-rpc/llama-server.sh.previous").stdout  # the last working one
     # and back: the group_data value again, llama-server restarted once more, the workers still untouched
     ops = operations(pyinfra("--json"))
     assert changed(ops, "rpc-server running and enabled") == []

@@ -69,6 +69,9 @@ HOST_CASES = [
         ("port 22 is taken by sshd: expected it free for llama-server (change llama_port)",)),
     Bad("rpc-port-taken", on_worker('{"rpc_port": 22}'),
         ("port 22 is taken by sshd: expected it free for rpc-server (change rpc_port)",)),
+    Bad("gpu-host-without-nvidia-runtime",
+        on_coordinator('{"image_backend": "cuda", "gpus": ["RTX 4080"], "llama_tensor_split": None}'),
+        ("gpus = ['RTX 4080'] but Docker has no nvidia runtime: install the NVIDIA Container Toolkit",)),
     Bad("worker-sshd-unreachable", on_worker('{"transfer_ssh_port": 2}'),
         ("cannot reach", "sshd at", ":2: the coordinator sends the image that way",)),
 ]

@@ -121,3 +121,11 @@ def test_partial_offload_keeps_the_first_layers_on_the_host(llama8b):
     assert [p.layers for p in plan.placements] == [[27, 28, 29], [30, 31]]
     assert plan.placements[1].weights == 2 * llama8b.layer_bytes[0] + llama8b.output_bytes
     assert plan.host_bytes == llama8b.input_bytes + 27 * llama8b.layer_bytes[0]
+
+
+def test_auto_split_refuses_cpu_devices_whose_memory_it_cannot_know(llama8b):
+    c = cluster(coordinator={"gpus": []}, workers=[{"gpus": []}], all_data={"image_backend": "cpu",
+                                                                           "llama_tensor_split": "auto"})
+    plan = plan_cluster(c, llama8b)
+    assert any("llama_tensor_split = 'auto' needs every device's memory, and RPC0 (10.0.0.20) is a CPU device" in p
+               for p in plan.problems)
