@@ -15,6 +15,12 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+# a dockerd that is still starting or stopping is waited for, not raced
+for _ in $(seq 90); do
+  docker info >/dev/null 2>&1 || pgrep -x dockerd >/dev/null || break
+  docker info >/dev/null 2>&1 && break
+  sleep 1
+done
 if ! docker info >/dev/null 2>&1; then
   if [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ]; then
     systemctl start docker
