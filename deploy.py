@@ -12,6 +12,7 @@ In order:
 The logic lives in llama_rpc_deploy/ (settings, plan, render); this file only says what goes where.
 """
 import hashlib
+import shlex
 from io import StringIO
 
 from pyinfra import host, inventory, logger
@@ -31,7 +32,6 @@ except (SettingsError, FileNotFoundError) as error:
 
 ROLE = dep.role(host.name)
 ME = dep.host(host.name) if ROLE != "none" else None
-COORDINATOR = inventory.get_host(dep.cluster.coordinator.name)
 BUILD_DIR = f"{dep.cluster.settings['state_dir']}/build"
 TRANSFER_KEY = "/etc/llama-rpc/transfer_key"
 KNOWN_HOSTS = "/etc/llama-rpc/known_hosts"
@@ -110,8 +110,7 @@ def prepare_worker():
     files.directory(name="root's .ssh", path="/root/.ssh", mode="700")
     files.line(name="Accept the coordinator's transfer key, for image loads only",
                path="/root/.ssh/authorized_keys",
-               line=f'restrict,command="{s["deploy_dir"]}/receive-image.sh" {public}',
-               replace=f'restrict,command="{s["deploy_dir"]}/receive-image.sh" {public}')
+               line=f'restrict,command="{s["deploy_dir"]}/receive-image.sh" {public}', escape_regex_characters=True)
 
 
 @deploy("Build the image once, on the coordinator")
@@ -126,7 +125,7 @@ def build_image():
         files.download(name=f"llama.cpp source ({dep.cluster.settings['llama_cpp_ref']})", src=dep.source.url,
                        dest=f"{BUILD_DIR}/llama.cpp.tar.gz")
     if host.get_fact(facts.DockerImageId, image=dep.image) is None:
-        args = " ".join(f"--build-arg {k}='{v}'" for k, v in sorted(dep.cluster.build_args(dep.source).items()))
+        args = " ".join(f"--build-arg {shlex.quote(f'{k}={v}')}" for k, v in sorted(dep.cluster.build_args(dep.source).items()))
         server.shell(name=f"Build {dep.image}",
                      commands=[f"cd {BUILD_DIR} && DOCKER_BUILDKIT=1 docker build --progress=plain {args} "
                                f"--tag {dep.image} ."])

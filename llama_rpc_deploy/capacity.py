@@ -17,6 +17,8 @@ from pathlib import Path
 
 from gguf import GGUFReader
 
+from .settings import QUANTIZED_CACHE_TYPES
+
 # bytes per element of each KV cache type (block formats: bytes per block / elements per block)
 CACHE_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
                     "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}
@@ -318,7 +320,7 @@ def plan_cluster(cluster, model: ModelInfo) -> CapacityPlan:
             problems.append(f"{ctx // 1024}K context with {tk} KV needs {need / GIB:.1f} GiB on the {p.device.gpu} "
                             f"({p.device.name}, {p.device.host}), it has {p.device.vram_bytes / GIB:.1f}")
     warnings = []
-    if tk in QUANTIZED_TYPES or tv in QUANTIZED_TYPES:
+    if tk in QUANTIZED_CACHE_TYPES or tv in QUANTIZED_CACHE_TYPES:
         f16, _ = place(model, devices, shares, ctx, parallel, "f16", "f16", ngl)
         if all(p.fits or not p.device.vram_bytes for p in f16):
             warnings.append(f"KV cache {tk}/{tv} although f16 fits: f16 measured faster over RPC (23.5 vs 20 tok/s)")
@@ -329,8 +331,6 @@ def plan_cluster(cluster, model: ModelInfo) -> CapacityPlan:
                         tokens_per_s=ceiling(placements) if any(p.weights for p in placements) else 0.0,
                         problems=problems, warnings=warnings, n_layer=model.n_layer)
 
-
-QUANTIZED_TYPES = {"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
 
 
 HEADER_STEPS = (256 << 10, 4 << 20, 32 << 20, 128 << 20)  # GGUF metadata + tensor table: KBs, MBs with a big vocabulary

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .gpus import Gpu, lookup
-from .settings import PLACEHOLDER, Layer, SettingsError, resolve
+from .settings import PLACEHOLDER, QUANTIZED_CACHE_TYPES, Layer, SettingsError, resolve
 from .source import Source
 
 FILES = Path(__file__).resolve().parent.parent / "files"
@@ -104,7 +104,6 @@ class Cluster:
         return f"{self.settings['image_name']}:{ref}-{digest.hexdigest()[:12]}"
 
 
-QUANTIZED = {"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
 DOCUMENTATION_NETS = [ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")]
 
 
@@ -161,11 +160,11 @@ def make_cluster(coordinators: list[HostPlan], workers: list[HostPlan], inventor
         raise SettingsError(f"{inventory_file}: {', '.join(examples)}: example addresses (RFC 5737, they reach "
                             "nothing): expected your hosts' addresses")
     k, v = s["llama_cache_type_k"], s["llama_cache_type_v"]
-    if k in QUANTIZED and v in QUANTIZED and k != v:
+    if k in QUANTIZED_CACHE_TYPES and v in QUANTIZED_CACHE_TYPES and k != v:
         raise SettingsError(f"{cluster.coordinator.sources['llama_cache_type_v']}: llama_cache_type_v = {v!r} with "
                             f"llama_cache_type_k = {k!r}: expected the same quantized type for K and V "
                             "(RPC workers crash on mixed quantized K/V, llama.cpp issue #27905)")
-    if v in QUANTIZED and s["llama_flash_attn"] == "off":
+    if v in QUANTIZED_CACHE_TYPES and s["llama_flash_attn"] == "off":
         raise SettingsError(f"{cluster.coordinator.sources['llama_flash_attn']}: llama_flash_attn = 'off' with "
                             f"llama_cache_type_v = {v!r}: expected 'on' or 'auto' (a quantized V cache needs flash attention)")
     for h in cluster.workers:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+QUANTIZED_CACHE_TYPES = frozenset(CACHE_TYPES) - {"f32", "f16", "bf16"}
 PLACEHOLDER = "CHANGE_ME"
 
 
