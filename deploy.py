@@ -108,9 +108,10 @@ def prepare_worker():
               mode="755")
     public = dep.transfer_key.with_suffix(".pub").read_text().strip()
     files.directory(name="root's .ssh", path="/root/.ssh", mode="700")
+    # one line, found by the key's comment (the key itself holds regex characters), replaced when the key changes
     files.line(name="Accept the coordinator's transfer key, for image loads only",
-               path="/root/.ssh/authorized_keys",
-               line=f'restrict,command="{s["deploy_dir"]}/receive-image.sh" {public}', escape_regex_characters=True)
+               path="/root/.ssh/authorized_keys", line=f"^restrict,command=.* {deployment.TRANSFER_KEY_COMMENT}$",
+               replace=f'restrict,command="{s["deploy_dir"]}/receive-image.sh" {public}')
 
 
 @deploy("Build the image once, on the coordinator")

@@ -59,12 +59,15 @@ def layers_for(inventory, name: str, inventory_file: str) -> list[Layer]:
     return layers
 
 
+TRANSFER_KEY_COMMENT = "llama-rpc-deploy-image-transfer"
+
+
 def transfer_key(state_dir: Path = STATE) -> Path:
     """An ed25519 key pair made once on the control machine; the workers accept it only for image loads."""
     key = state_dir / "transfer_ed25519"
     if not key.exists():
         state_dir.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "llama-rpc-deploy image transfer",
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", TRANSFER_KEY_COMMENT,
                         "-f", str(key)], check=True)
     return key
 
