@@ -129,3 +129,17 @@ def test_auto_split_refuses_cpu_devices_whose_memory_it_cannot_know(llama8b):
     plan = plan_cluster(c, llama8b)
     assert any("llama_tensor_split = 'auto' needs every device's memory, and RPC0 (10.0.0.20) is a CPU device" in p
                for p in plan.problems)
+
+
+def test_auto_split_reaches_the_launch_script(dense31b):
+    """What deploy.py does for llama_tensor_split = 'auto': plan, then render the planner's split."""
+    from llama_rpc_deploy.deployment import from_cluster, with_split
+    from llama_rpc_deploy.render import coordinator_files
+
+    dep = from_cluster(cluster(all_data={"llama_ctx_size": 65536, "llama_tensor_split": "auto"}), with_key=False)
+    with pytest.raises(ValueError, match="must be resolved by the planner"):
+        coordinator_files(dep.cluster, dep.image)
+    plan = plan_cluster(dep.cluster, dense31b)
+    script = coordinator_files(with_split(dep, plan.split).cluster, dep.image)["/opt/llama-rpc/llama-server.sh"]
+    assert f"--tensor-split {','.join(str(x) for x in plan.split)} " in script
+    assert plan.split[-1] == len(plan.placements[-1].layers) + 1  # the output layer rides on the last device
