@@ -50,11 +50,11 @@ def check_host():
     if found and len(found) != len(ME.gpus):
         logger.warning(f"{host.name}: nvidia-smi lists {len(found)} GPUs ({', '.join(n for n, _ in found)}), "
                        f"gpus lists {len(ME.gpus)}: the plan and the device order follow gpus")
-    port, ours = (s["llama_port"], "llama-server") if ROLE == "coordinator" else (s["rpc_port"], "rpc-server")
-    listener = host.get_fact(facts.TcpListener, port=port)
+    key, ours = ("llama_port", "llama-server") if ROLE == "coordinator" else ("rpc_port", "rpc-server")
+    listener = host.get_fact(facts.TcpListener, port=s[key])
     if listener is not None and listener != ours:
-        raise DeployError(f"{host.name}: port {port} is taken by {listener or 'another process'}: "
-                          f"expected it free for {ours} (change {'llama_port' if ours == 'llama-server' else 'rpc_port'})")
+        raise DeployError(f"{host.name}: port {s[key]} is taken by {listener or 'another process'}: "
+                          f"expected it free for {ours} (change {key})")
     if ROLE == "coordinator":
         model = s["llama_model_path"]
         if not host.get_fact(File, path=model):

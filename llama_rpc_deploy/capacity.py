@@ -166,7 +166,7 @@ def assign_layers(n_layer: int, n_gpu_layers: int, shares: list[float]) -> list[
             out.append(None)
         else:
             x = (il - start) / active
-            out.append(min(next((i for i, c in enumerate(splits) if c > x), len(splits) - 1), len(splits) - 1))
+            out.append(next((i for i, c in enumerate(splits) if c > x), len(splits) - 1))
     return out
 
 

@@ -72,12 +72,24 @@ def transfer_key(state_dir: Path = STATE) -> Path:
     return key
 
 
-def inventory_file() -> str:
+def inventory_file(argv: list[str] = sys.argv) -> str:
     """The inventory file pyinfra was given (the first .py argument), for error messages."""
-    return next((a for a in sys.argv[1:] if a.endswith(".py")), "inventory.py")
+    return next((a for a in argv[1:] if a.endswith(".py")), "inventory.py")
+
+
+_LOADED: dict = {}
 
 
 def load(inventory, inventory_file: str = "inventory.py") -> Deployment:
+    """The deployment for this pyinfra run. deploy.py runs once per host; the inventory is the
+    same object each time, so the settings are checked and the source hashed once."""
+    if id(inventory) not in _LOADED:
+        _LOADED.clear()
+        _LOADED[id(inventory)] = _load(inventory, inventory_file)
+    return _LOADED[id(inventory)]
+
+
+def _load(inventory, inventory_file: str) -> Deployment:
     groups = {g: [h.name for h in inventory.get_group(g, [])] for g in ("coordinator", "workers")}
     coordinators = [host_plan(n, layers_for(inventory, n, inventory_file)) for n in groups["coordinator"]]
     workers = [host_plan(n, layers_for(inventory, n, inventory_file)) for n in groups["workers"]]
@@ -138,7 +150,7 @@ def preflight(argv: list[str] = sys.argv) -> None:
     from pyinfra.api.exceptions import DeployError
     from pyinfra_cli.util import parse_cli_arg
 
-    inventory = Path(inventory_file())
+    inventory = Path(inventory_file(argv))
     if not inventory.is_file():
         return  # an inventory given on the command line (host names, @docker/...): deploy.py checks it
     overrides = {}

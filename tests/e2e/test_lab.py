@@ -7,7 +7,6 @@ every run then proves the transfer, and that a worker which has the image is lef
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
@@ -16,11 +15,9 @@ import pytest
 from llama_rpc_deploy import lab
 from llama_rpc_deploy.deployment import PROJECT, from_cluster, offline_cluster
 
-pytestmark = pytest.mark.skipif(shutil.which("docker") is None or subprocess.run(
-    ["docker", "info"], capture_output=True).returncode != 0,
-    reason="needs a running Docker engine (scripts/setup-machine.sh starts one)")
+from . import WORKERS, needs_docker
 
-WORKERS = 2
+pytestmark = needs_docker
 INVENTORY = lab.LAB_DIR / "inventory.py"
 
 

@@ -5,7 +5,6 @@ was expected, and leave every host as it was: no file changed, no service or con
 """
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
@@ -13,13 +12,11 @@ import pytest
 from llama_rpc_deploy import lab
 from llama_rpc_deploy.deployment import PROJECT, read_inventory
 
+from . import WORKERS, needs_docker
+
 from ..bad_configs import CASES, Bad, expected_words, on_coordinator, on_worker, write_case
 
-pytestmark = pytest.mark.skipif(shutil.which("docker") is None or subprocess.run(
-    ["docker", "info"], capture_output=True).returncode != 0,
-    reason="needs a running Docker engine (scripts/setup-machine.sh starts one)")
-
-WORKERS = 2
+pytestmark = needs_docker
 STATE = ("sha256sum /opt/llama-rpc/* /etc/systemd/system/rpc-server.service /etc/systemd/system/llama-server.service "
          "/etc/llama-rpc/* /root/.ssh/authorized_keys 2>/dev/null; "
          "find /models /var/cache/llama-rpc -exec stat -c '%n %s %Y' {} + 2>/dev/null | sort; "
