@@ -4,25 +4,27 @@
 
 In order:
   1. check every setting and what the hosts have (before anything changes)
-  2. workers: get ready to receive the image
+  2. every host: the unprivileged user the containers run as; workers: get ready to receive the image
   3. coordinator: build the image once (skipped when that exact image exists)
   4. coordinator: stream it to every worker that lacks it (docker save | zstd | ssh | docker load)
-  5. workers: rpc-server as a systemd service
+  5. workers: the firewall rule (RPC port from the coordinator only), rpc-server as a systemd service
   6. coordinator: llama-server as a systemd service, after its workers; wait for /health
 The logic lives in llama_rpc_deploy/ (settings, plan, render); this file only says what goes where.
 """
 import hashlib
+import os
 import shlex
 from io import StringIO
+from pathlib import PurePosixPath
 
 from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
-from pyinfra.facts.files import File, Sha1File
+from pyinfra.facts.files import Directory, File, Sha1File
 from pyinfra.operations import files, server, systemd
 
-from llama_rpc_deploy import capacity, deployment, facts, render
-from llama_rpc_deploy.plan import FILES
+from llama_rpc_deploy import capacity, deployment, facts, operations, render
+from llama_rpc_deploy.plan import FILES, SERVICE_USER
 from llama_rpc_deploy.settings import SettingsError
 
 try:
@@ -39,10 +41,11 @@ KNOWN_HOSTS = "/etc/llama-rpc/known_hosts"
 
 def check_host():
     """Stop before any change when this host lacks what the deploy needs."""
-    missing = host.get_fact(facts.MissingCommands, names=("docker", "zstd", "systemctl", "bash"))
-    if missing:
-        raise DeployError(f"{host.name}: {', '.join(missing)} not found: install them first (Docker Engine, zstd)")
     s = ME.settings
+    needed = ("docker", "zstd", "systemctl", "bash") + (("iptables", "iptables-restore") if ROLE == "worker" and s["rpc_firewall"] else ())
+    missing = host.get_fact(facts.MissingCommands, names=needed)
+    if missing:
+        raise DeployError(f"{host.name}: {', '.join(missing)} not found: install them first (Docker Engine, zstd, iptables)")
     if ME.gpus and dep.cluster.settings["image_backend"] == "cuda" and "nvidia" not in host.get_fact(facts.DockerRuntimes):
         raise DeployError(f"{host.name}: gpus = {s['gpus']!r} but Docker has no nvidia runtime: "
                           "install the NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker)")
@@ -57,9 +60,15 @@ def check_host():
                           f"expected it free for {ours} (change {key})")
     if ROLE == "coordinator":
         model = s["llama_model_path"]
-        if not host.get_fact(File, path=model):
+        found = host.get_fact(File, path=model)
+        if not found:
             raise DeployError(f"{ME.sources['llama_model_path']}: llama_model_path = {model!r}: "
                               f"no such file on the coordinator {host.name}")
+        folder = host.get_fact(Directory, path=str(PurePosixPath(model).parent))
+        if not (int(str(found["mode"]), 8) & 0o004 and folder and int(str(folder["mode"]), 8) & 0o005 == 0o005):
+            raise DeployError(f"{ME.sources['llama_model_path']}: llama_model_path = {model!r}: llama-server runs as "
+                              f"the unprivileged user {SERVICE_USER}, which cannot read it on {host.name}: expected the "
+                              f"file readable by others and its folder listable (chmod o+r FILE; chmod o+rx FOLDER)")
         for worker in dep.cluster.workers:
             if not host.get_fact(facts.TcpReachable, address=worker.address, port=ssh_port(worker)):
                 raise DeployError(f"{host.name} cannot reach {worker.name}'s sshd at {worker.address}:{ssh_port(worker)}: "
@@ -100,10 +109,17 @@ def put(path, content, mode="644"):
     return files.put(name=f"Install {path}", src=StringIO(content), dest=path, mode=mode)
 
 
+@deploy("The unprivileged user the containers run as")
+def service_user():
+    server.user(name=f"System user {SERVICE_USER} (no login, no home)", user=SERVICE_USER, system=True,
+                shell="/usr/sbin/nologin", create_home=False, home="/nonexistent")
+
+
 @deploy("Prepare the worker to receive the image")
 def prepare_worker():
     s = ME.settings
-    files.directory(name="rpc-server tensor cache (kept across deploys)", path=s["rpc_cache_dir"], mode="755")
+    files.directory(name="rpc-server tensor cache (kept across deploys, written by the service user)",
+                    path=s["rpc_cache_dir"], mode="755", user=SERVICE_USER, group=SERVICE_USER, recursive=True)
     files.put(name="Image receiver", src=str(FILES / "receive-image.sh"), dest=f"{s['deploy_dir']}/receive-image.sh",
               mode="755")
     public = dep.transfer_key.with_suffix(".pub").read_text().strip()
@@ -163,6 +179,11 @@ def distribute_image():
 
 @deploy("rpc-server on the worker")
 def install_worker():
+    rule = [put(path, content, mode="755" if path.endswith(".sh") else "644")
+            for path, content in render.firewall_files(dep.cluster, ME).items()]
+    if rule:  # before rpc-server (re)starts; a reload re-applies the rule without restarting rpc-server
+        systemd.service(name="Firewall: RPC port from the coordinator only", service=render.FIREWALL_UNIT,
+                        running=True, enabled=True, reloaded=rule[0].will_change, daemon_reload=rule[-1].will_change)
     changed = [put(path, content, mode="755" if path.endswith(".sh") else "644")
                for path, content in render.worker_files(dep.cluster, ME, dep.image).items()]
     deployment.RPC_SERVICE_OPS[host.name] = systemd.service(
@@ -175,6 +196,12 @@ def install_coordinator():
     s = ME.settings
     changed = [put(path, content, mode="755" if path.endswith(".sh") else "644")
                for path, content in render.coordinator_files(dep.cluster, dep.image).items()]
+    if s["llama_api_key_file"]:
+        # /etc/llama-rpc (mode 700) was made by distribute_image; no .previous copy of a secret
+        changed.insert(0, operations.secret_file(
+            name=f"API key as {render.API_KEY_PATH} (mode 400, owner {SERVICE_USER}, content never shown)",
+            src=os.path.expanduser(s["llama_api_key_file"]), dest=render.API_KEY_PATH,
+            user=SERVICE_USER, group=SERVICE_USER))
     service = systemd.service(name="llama-server running and enabled", service=render.COORDINATOR_UNIT,
                               running=True, enabled=True, restarted=any(op.will_change for op in changed),
                               daemon_reload=changed[-1].will_change)
@@ -210,6 +237,7 @@ if ROLE != "none":
     check_host()
     if ROLE == "coordinator":
         check_capacity()
+    service_user()
     if ROLE == "worker":
         prepare_worker()
     if ROLE == "coordinator":

@@ -13,29 +13,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import urllib.request
 from pathlib import Path
 
-from . import capacity, lab, settings
+from . import capacity, client, lab, settings
 from .deployment import offline_cluster
 from .settings import SettingsError
 from .testmodel import main as model_main
 
 
-def server_url(inventory: Path) -> str:
-    cluster = offline_cluster(inventory)
-    s = cluster.settings
-    return f"http://{s['llama_host'] or cluster.coordinator.address}:{s['llama_port']}"
-
-
 def complete(inventory: Path, prompt: str, n_predict: int, timeout: float = 300) -> dict:
-    body = json.dumps({"prompt": prompt, "n_predict": n_predict, "cache_prompt": False}).encode()
-    request = urllib.request.Request(server_url(inventory) + "/completion", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.load(response)
+    return client.complete(offline_cluster(inventory), prompt, n_predict, timeout=timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

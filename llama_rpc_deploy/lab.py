@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import pprint
+import secrets
 import shutil
 import subprocess
 import sys
@@ -128,6 +129,32 @@ def ensure_key() -> Path:
     return key
 
 
+def ensure_api_key() -> Path:
+    """The lab's llama-server API key: a file only its owner can read, as a user would keep theirs."""
+    path = LAB_DIR / "api_key"
+    if not path.exists():
+        LAB_DIR.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+    return path
+
+
+OUTSIDER = f"{PREFIX}-outsider"
+OUTSIDER_IP_INDEX = -1  # .9: on the lab's network, in no inventory
+
+
+def outsider() -> str:
+    """Another machine on the same network that is not part of the cluster (for the lockdown tests):
+    a plain container with bash and curl, no services. Returns its container name."""
+    if not exists("container", OUTSIDER):
+        docker("run", "-d", "--name", OUTSIDER, "--hostname", "outsider", "--label", LABEL, "--network", NETWORK,
+               "--ip", ip_of(OUTSIDER_IP_INDEX), "--entrypoint", "sleep", HOST_IMAGE, "infinity")
+    elif docker("inspect", "--format", "{{.State.Running}}", OUTSIDER) != "true":
+        docker("start", OUTSIDER)
+    return OUTSIDER
+
+
 def ensure_network() -> None:
     if not exists("network", NETWORK):
         docker("network", "create", "--subnet", SUBNET, "--label", LABEL, NETWORK)
@@ -198,7 +225,7 @@ def place_model(container: str) -> None:
     docker("cp", str(local), f"{container}:{MODEL}")
 
 
-def lab_settings(sdist: Path, workers: int) -> dict:
+def lab_settings(sdist: Path, workers: int, api_key: Path) -> dict:
     """Settings the lab needs instead of the defaults (CPU build, the lab's base image, a small model)."""
     return {
         "image_backend": "cpu",
@@ -214,6 +241,7 @@ def lab_settings(sdist: Path, workers: int) -> dict:
         "llama_threads": 1,
         "rpc_threads": 1,
         "llama_health_timeout": 300,
+        "llama_api_key_file": str(api_key),  # the lab runs the locked-down setup: clients need the key
     }
 
 
@@ -258,7 +286,7 @@ def up(workers: int = 1) -> Path:
     coordinator = f"{PREFIX}-coordinator"
     preload_base_image(coordinator)
     place_model(coordinator)
-    inventory = write_inventory(workers, key, known_hosts, lab_settings(sdist, workers))
+    inventory = write_inventory(workers, key, known_hosts, lab_settings(sdist, workers, ensure_api_key()))
     log(f"up: coordinator {ip_of(0)}, workers {', '.join(ip_of(i) for i in range(1, workers + 1))}; inventory {inventory}")
     return inventory
 
@@ -274,7 +302,7 @@ def down() -> None:
         _remove_host(container)
     if exists("network", NETWORK):
         docker("network", "rm", NETWORK)
-    for name in ("inventory.py", "known_hosts"):
+    for name in ("inventory.py", "known_hosts", "api_key"):
         (LAB_DIR / name).unlink(missing_ok=True)
     log(f"down: removed {len(containers)} hosts, their volumes and the network")
 

@@ -188,4 +188,53 @@ def make_cluster(coordinators: list[HostPlan], workers: list[HostPlan], inventor
                 raise SettingsError(
                     f"{cluster.coordinator.sources['image_build_image']}: image_build_image = {s['image_build_image']!r}: CUDA {version[0]}.{version[1]} cannot build "
                     f"for sm_{arch}: expected CUDA {need[0]}.{need[1]} or newer")
+    for h in cluster.workers:
+        if h.settings["rpc_firewall"]:
+            _check_allowed_sources(cluster, h, inventory_file)
+    if s["llama_api_key_file"]:
+        api_key(cluster)
     return cluster
+
+
+SERVICE_USER = "llama-rpc"  # the containers run as this system user, made by the deploy on every host
+
+
+def allowed_sources(cluster: Cluster, worker: HostPlan) -> list[str]:
+    """Who may open a worker's RPC port: rpc_allow_from, or the coordinator's address."""
+    return list(worker.settings["rpc_allow_from"] or [cluster.coordinator.address])
+
+
+def _check_allowed_sources(cluster: Cluster, worker: HostPlan, inventory_file: str) -> None:
+    for source in allowed_sources(cluster, worker):
+        try:
+            ipaddress.ip_network(source, strict=False)
+        except ValueError:
+            where, key = ((worker.sources["rpc_allow_from"], "rpc_allow_from") if worker.settings["rpc_allow_from"]
+                          else (cluster.coordinator.sources["address"], "address"))
+            if where == "default":  # the address is the coordinator's inventory name
+                where = f"{inventory_file} (host {cluster.coordinator.name})"
+            raise SettingsError(
+                f"{where}: {key} = {source!r} (the source {worker.name}'s firewall admits to rpc_port): expected an "
+                "IP address or network (set address to the coordinator's IP, or rpc_allow_from, or rpc_firewall = False)"
+            ) from None
+
+
+def api_key(cluster: Cluster) -> str:
+    """The API key from llama_api_key_file, checked: the file exists, only its owner may read it, one word."""
+    setting = cluster.settings["llama_api_key_file"]
+    where = cluster.coordinator.sources["llama_api_key_file"]
+    path = Path(setting).expanduser()
+    try:
+        mode = path.stat().st_mode & 0o777
+        text = path.read_text()
+    except OSError as error:
+        raise SettingsError(f"{where}: llama_api_key_file = {setting!r}: {error.strerror}: expected a file on this "
+                            "machine holding the key (umask 077; openssl rand -hex 32 > FILE)") from None
+    if mode & 0o077:
+        raise SettingsError(f"{where}: llama_api_key_file = {setting!r} has mode {mode:o}: expected 600 or 400 "
+                            f"(chmod 600 {path})")
+    key = text.strip()
+    if len(key) < 16 or any(c.isspace() for c in key):
+        raise SettingsError(f"{where}: llama_api_key_file = {setting!r}: expected one key of at least 16 characters "
+                            "without spaces (openssl rand -hex 32)")
+    return key

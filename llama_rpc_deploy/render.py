@@ -7,17 +7,21 @@ error), and every value that reaches a shell is quoted.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import shlex
 from pathlib import Path, PurePosixPath
 
 import jinja2
 
-from .plan import Cluster, HostPlan
+from .plan import SERVICE_USER, Cluster, HostPlan, allowed_sources
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 UNIT_DIR = "/etc/systemd/system"
 WORKER_UNIT = "rpc-server.service"
 COORDINATOR_UNIT = "llama-server.service"
+FIREWALL_UNIT = "llama-rpc-firewall.service"
+FIREWALL_CHAIN = "LLAMA-RPC"
+API_KEY_PATH = "/etc/llama-rpc/api_key"  # on the coordinator: owned by SERVICE_USER, mode 0400
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -37,10 +41,31 @@ def _render(template: str, **values) -> str:
 def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, str]:
     """Path on the worker -> content, for one worker."""
     s = worker.settings
+    sources = allowed_sources(cluster, worker) if s["rpc_firewall"] else []
     return {
         f"{s['deploy_dir']}/rpc-server.sh": _render(
-            "rpc-server.sh.j2", worker=worker, s=s, image=image, bind_host=s["rpc_host"] or worker.address),
-        f"{UNIT_DIR}/{WORKER_UNIT}": _render("rpc-server.service.j2", deploy_dir=s["deploy_dir"]),
+            "rpc-server.sh.j2", worker=worker, s=s, image=image, bind_host=s["rpc_host"] or worker.address,
+            user=SERVICE_USER, sources=sources),
+        f"{UNIT_DIR}/{WORKER_UNIT}": _render("rpc-server.service.j2", deploy_dir=s["deploy_dir"],
+                                             firewall_unit=FIREWALL_UNIT if s["rpc_firewall"] else ""),
+    }
+
+
+def firewall_files(cluster: Cluster, worker: HostPlan) -> dict[str, str]:
+    """Path on the worker -> content: the rule that admits rpc_port only from the coordinator, and its unit."""
+    s = worker.settings
+    if not s["rpc_firewall"]:
+        return {}
+    sources = allowed_sources(cluster, worker)
+    by_family = {4: [], 6: []}
+    for source in sources:
+        by_family[ipaddress.ip_network(source, strict=False).version].append(source)
+    return {
+        f"{s['deploy_dir']}/rpc-firewall.sh": _render(
+            "rpc-firewall.sh.j2", worker=worker, port=s["rpc_port"], sources=sources, ipv4=by_family[4],
+            ipv6=by_family[6], chain=FIREWALL_CHAIN, unit=FIREWALL_UNIT),
+        f"{UNIT_DIR}/{FIREWALL_UNIT}": _render("rpc-firewall.service.j2", deploy_dir=s["deploy_dir"],
+                                               worker_unit=WORKER_UNIT),
     }
 
 
@@ -64,7 +89,8 @@ def coordinator_files(cluster: Cluster, image: str) -> dict[str, str]:
         f"{s['deploy_dir']}/llama-server.sh": _render(
             "llama-server.sh.j2", coordinator=c, s=s, image=image, devices=cluster.devices,
             rpc_endpoints=cluster.rpc_endpoints, bind_host=s["llama_host"] or c.address,
-            model_dir=str(model.parent), model_file=model.name,
+            model_dir=str(model.parent), model_file=model.name, user=SERVICE_USER,
+            api_key_path=API_KEY_PATH if s["llama_api_key_file"] else "",
             cluster_fingerprint=cluster_fingerprint(cluster, image)),
         f"{s['deploy_dir']}/wait-for-workers.sh": _render(
             "wait-for-workers.sh.j2", rpc_endpoints=cluster.rpc_endpoints, timeout=s["rpc_wait_timeout"]),

@@ -118,6 +118,12 @@ SETTINGS: tuple[Setting, ...] = (
     S("llama_threads", None, _optional(_int(1)), "CPU threads of llama-server. None: llama.cpp's default.", "server"),
     S("llama_host", None, _optional(_str()), "Address llama-server binds to. None: the coordinator's address.", "server"),
     S("llama_port", 8080, PORT, "llama-server's HTTP port.", "server"),
+    S("llama_api_key_file", None, _optional(_str()),
+      "A file on the control machine holding the API key clients must send (Authorization: Bearer KEY); "
+      "chmod 600, outside the repository. It goes to the coordinator readable only by the service user and "
+      "reaches llama-server as a file, never on a command line. None: no key (anyone who reaches the port "
+      "can use it).", "server"),
+    S("llama_metrics", False, BOOL, "Serve Prometheus metrics at /metrics.", "server"),
     S("llama_log_verbosity", 4, _int(0, 5),
       "llama-server's log threshold; 4 keeps llama.cpp's load report (weights per device) in the journal.", "server"),
     S("llama_extra_args", [], _str_list(),
@@ -129,6 +135,11 @@ SETTINGS: tuple[Setting, ...] = (
     S("rpc_host", None, _optional(_str()),
       "Address rpc-server binds to. None: the worker's address. Never expose it on an open network.", "rpc"),
     S("rpc_port", 50052, PORT, "rpc-server's TCP port.", "rpc"),
+    S("rpc_firewall", True, BOOL,
+      "A host firewall rule (iptables, its own chain) that admits rpc_port only from rpc_allow_from; kept "
+      "across reboots by a systemd unit. False only if you firewall the port yourself.", "rpc"),
+    S("rpc_allow_from", None, _optional(_str_list()),
+      "IP addresses or networks that may reach rpc_port. None: the coordinator's address only.", "rpc"),
     S("rpc_cache", True, BOOL, "rpc-server's local tensor cache (-c): faster reloads of the same model.", "rpc"),
     S("rpc_cache_dir", "/var/cache/llama-rpc", ABS_PATH, "Where the tensor cache lives on each worker; kept across deploys.", "rpc"),
     S("rpc_threads", None, _optional(_int(1)), "CPU threads of rpc-server (for its CPU device). None: llama.cpp's default.", "rpc"),

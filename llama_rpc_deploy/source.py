@@ -85,7 +85,8 @@ def pack_tree(tree: Path, cache_dir: Path) -> Path:
         info.mode = 0o755 if info.mode & 0o111 or info.isdir() else 0o644
         return info
 
-    with open(partial, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
+    # no name and no time in the gzip header: the same tree gives the same bytes in any checkout
+    with open(partial, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for path in files:
                 tar.add(path, arcname=f"llama.cpp/{path.relative_to(tree)}", recursive=False, filter=reset)

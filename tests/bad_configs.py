@@ -25,6 +25,13 @@ def on_worker(data: str) -> str:
     return f"workers = [(workers[0][0], {{**workers[0][1], **{data}}})] + workers[1:]"
 
 
+def _key_file(path: str, key: str, mode: int) -> str:
+    """Inventory code that writes a key file with this content and mode, then points llama_api_key_file at it."""
+    return (f"import os as _os\n_os.makedirs({path!r}.rsplit('/', 1)[0], exist_ok=True)\n"
+            f"open({path!r}, 'w').write({key!r})\n_os.chmod({path!r}, {mode:#o})\n"
+            + on_coordinator(f'{{"llama_api_key_file": {path!r}}}'))
+
+
 C, W = "{c}: ", "{w}: "
 CASES = [
     Bad("port-zero", on_coordinator('{"llama_port": 0}'), (C + "llama_port = 0: expected an integer from 1 to 65535",)),
@@ -65,6 +72,17 @@ CASES = [
     Bad("gpu-unknown", on_worker('{"gpus": ["RTX 9999"]}'), (W + "gpus = ['RTX 9999']: unknown GPU 'RTX 9999': expected one of",)),
     Bad("rpc-key-typo", on_worker('{"rpc_prot": 50052}'), (W + "unknown setting 'rpc_prot' (did you mean 'rpc_port'?)",)),
     Bad("rpc-extra-args-int", on_worker('{"rpc_extra_args": [1]}'), (W + "rpc_extra_args = [1]: expected a list of strings",)),
+    Bad("rpc-firewall-string", on_worker('{"rpc_firewall": "yes"}'), (W + "rpc_firewall = 'yes': expected True or False",)),
+    Bad("rpc-allow-from-hostname", on_worker('{"rpc_allow_from": ["desktop.lan"]}'),
+        (W + "rpc_allow_from = 'desktop.lan' (the source", "firewall admits to rpc_port): expected an IP address or network")),
+    Bad("rpc-allow-from-string", on_worker('{"rpc_allow_from": "10.1.1.1"}'), (W + "rpc_allow_from = '10.1.1.1': expected None or a list of strings",)),
+    Bad("metrics-string", on_coordinator('{"llama_metrics": "on"}'), (C + "llama_metrics = 'on': expected True or False",)),
+    Bad("api-key-missing", on_coordinator('{"llama_api_key_file": "/nonexistent/api_key"}'),
+        (C + "llama_api_key_file = '/nonexistent/api_key': No such file or directory: expected a file on this machine",)),
+    Bad("api-key-world-readable", _key_file("/tmp/llama-rpc-deploy-test-key-644", "x" * 32, 0o644),
+        (C + "llama_api_key_file = '/tmp/llama-rpc-deploy-test-key-644' has mode 644: expected 600 or 400",)),
+    Bad("api-key-short", _key_file("/tmp/llama-rpc-deploy-test-key-short", "secret", 0o600),
+        (C + "llama_api_key_file = '/tmp/llama-rpc-deploy-test-key-short': expected one key of at least 16 characters",)),
     Bad("no-workers", "workers = []", ("{inv}: group workers is empty: expected at least one worker",)),
     Bad("two-coordinators", "coordinator = coordinator + [workers[0]]",
         ("{inv}: group coordinator has 2 hosts: expected exactly one",)),

@@ -1,10 +1,36 @@
 """End-to-end tests on the local lab."""
+import json
 import shutil
 import subprocess
 
 import pytest
 
+from llama_rpc_deploy import lab
+from llama_rpc_deploy.deployment import PROJECT
+
 needs_docker = pytest.mark.skipif(
     shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode != 0,
     reason="needs a running Docker engine (scripts/setup-machine.sh starts one)")
 WORKERS = 2  # one coordinator and two workers: the deploy must handle more than one worker
+INVENTORY = lab.LAB_DIR / "inventory.py"
+
+
+def pyinfra(*args: str, timeout: int = 3000) -> subprocess.CompletedProcess:
+    return subprocess.run(["pyinfra", "-y", *args, str(INVENTORY), "deploy.py"], cwd=PROJECT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def on(host_index: int, command: str) -> subprocess.CompletedProcess:
+    name = lab.host_names(WORKERS)[host_index]
+    return subprocess.run(["docker", "exec", f"{lab.PREFIX}-{name}", "sh", "-c", command],
+                          capture_output=True, text=True)
+
+
+def operations(result: subprocess.CompletedProcess) -> list[dict]:
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout)["results"]["operations"]
+
+
+def changed(ops: list[dict], prefix: str) -> list[str]:
+    """Hosts on which an operation whose name contains `prefix` made a change."""
+    return [h for op in ops if prefix in op["name"] for h in op["success"]]

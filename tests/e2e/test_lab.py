@@ -15,31 +15,9 @@ import pytest
 from llama_rpc_deploy import lab
 from llama_rpc_deploy.deployment import PROJECT, from_cluster, offline_cluster
 
-from . import WORKERS, needs_docker
+from . import INVENTORY, WORKERS, changed, needs_docker, on, operations, pyinfra
 
 pytestmark = needs_docker
-INVENTORY = lab.LAB_DIR / "inventory.py"
-
-
-def pyinfra(*args: str, timeout: int = 3000) -> subprocess.CompletedProcess:
-    return subprocess.run(["pyinfra", "-y", *args, str(INVENTORY), "deploy.py"], cwd=PROJECT,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def on(host_index: int, command: str) -> subprocess.CompletedProcess:
-    name = lab.host_names(WORKERS)[host_index]
-    return subprocess.run(["docker", "exec", f"{lab.PREFIX}-{name}", "sh", "-c", command],
-                          capture_output=True, text=True)
-
-
-def operations(result: subprocess.CompletedProcess) -> list[dict]:
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout)["results"]["operations"]
-
-
-def changed(ops: list[dict], prefix: str) -> list[str]:
-    """Hosts on which an operation whose name contains `prefix` made a change."""
-    return [h for op in ops if prefix in op["name"] for h in op["success"]]
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,16 @@ def test_pack_is_reproducible_and_leaves_out_what_no_build_reads(tmp_path):
         assert {m.uid for m in tar.getmembers()} == {0} and {m.mtime for m in tar.getmembers()} == {0}
 
 
+def test_same_content_in_another_checkout_gives_the_same_bytes(tmp_path):
+    """Another clone (other path, other mtimes) packs the same tree: the same tarball, so the same image tag
+    (the gzip header once carried the cache file's name, and every fresh clone rebuilt the image)."""
+    import os
+    one, other = make_tree(tmp_path / "one" / "llama.cpp"), make_tree(tmp_path / "other" / "llama.cpp")
+    os.utime(other / "CMakeLists.txt", (1, 1))
+    a, b = pack_tree(one, tmp_path / "a"), pack_tree(other, tmp_path / "b")
+    assert a.name != b.name and sha256_file(a) == sha256_file(b)
+
+
 def test_changed_tree_gives_a_new_tarball(tmp_path):
     tree = make_tree(tmp_path / "t")
     first = sha256_file(pack_tree(tree, tmp_path / "c"))

@@ -7,13 +7,12 @@ import urllib.request
 
 import pytest
 
-from llama_rpc_deploy import render
+from llama_rpc_deploy import client, render
 from llama_rpc_deploy.capacity import plan_cluster
 
 
 def _url(deployment, path):
-    c = deployment.cluster
-    return f"http://{c.settings['llama_host'] or c.coordinator.address}:{c.settings['llama_port']}{path}"
+    return client.server_url(deployment.cluster) + path
 
 
 def _image_id(host, ref):
@@ -86,11 +85,7 @@ def test_health_ok(deployment):
 
 
 def test_completion_returns_tokens(deployment):
-    body = json.dumps({"prompt": "Hello from the verification suite", "n_predict": 8, "cache_prompt": False}).encode()
-    request = urllib.request.Request(_url(deployment, "/completion"), data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=120) as response:
-        result = json.load(response)
+    result = client.complete(deployment.cluster, "Hello from the verification suite", 8, timeout=120)
     assert result["timings"]["predicted_n"] == 8
     assert result["timings"]["predicted_per_second"] > 0
 

@@ -1,0 +1,36 @@
+"""Talk to a deployed llama-server from the control machine: its URL, the API key, a completion.
+
+Used by `complete`, `bench`, the benchmarks and the verification suite, so all of them send
+the key the same way (Authorization: Bearer, read from llama_api_key_file; never printed).
+"""
+from __future__ import annotations
+
+import json
+import urllib.request
+
+from .plan import Cluster, api_key
+
+
+def server_url(cluster: Cluster) -> str:
+    s = cluster.settings
+    return f"http://{s['llama_host'] or cluster.coordinator.address}:{s['llama_port']}"
+
+
+def headers(cluster: Cluster, with_key: bool = True) -> dict[str, str]:
+    h = {"Content-Type": "application/json"}
+    if with_key and cluster.settings["llama_api_key_file"]:
+        h["Authorization"] = f"Bearer {api_key(cluster)}"
+    return h
+
+
+def post(cluster: Cluster, path: str, body: dict, timeout: float = 300, with_key: bool = True) -> dict:
+    """POST JSON, return the JSON reply; urllib.error.HTTPError on a 4xx/5xx answer."""
+    request = urllib.request.Request(server_url(cluster) + path, data=json.dumps(body).encode(),
+                                     headers=headers(cluster, with_key))
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.load(response)
+
+
+def complete(cluster: Cluster, prompt: str, n_predict: int, timeout: float = 300, **options) -> dict:
+    return post(cluster, "/completion", {"prompt": prompt, "n_predict": n_predict, "cache_prompt": False, **options},
+                timeout=timeout)

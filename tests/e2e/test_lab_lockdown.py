@@ -1,0 +1,110 @@
+"""Lockdown on the lab, seen from a third machine on the same network that is in no inventory.
+
+The outsider cannot open a worker's RPC port (but can reach the worker's sshd, so it is the firewall
+that stops it, not the network); the coordinator can. Without the API key llama-server refuses the
+outsider, with it it answers. A worker reboot keeps the rule, once. A new key replaces the old one and
+is never printed, not even by pyinfra --diff.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import time
+
+import pytest
+
+from llama_rpc_deploy import client, lab
+from llama_rpc_deploy.deployment import offline_cluster
+from llama_rpc_deploy.plan import api_key
+from llama_rpc_deploy.render import FIREWALL_CHAIN
+
+from . import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra
+
+pytestmark = needs_docker
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    lab.up(workers=WORKERS)
+    operations(pyinfra("--json"))  # deployed (a no-op when test_lab.py just deployed)
+    lab.outsider()
+    return offline_cluster(INVENTORY)
+
+
+def outsider(command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", "exec", lab.OUTSIDER, "bash", "-c", command], capture_output=True, text=True)
+
+
+def opens(run, address: str, port: int) -> bool:
+    """A TCP connection from that machine to address:port succeeds within 3 s."""
+    return run(f"timeout 3 bash -c '>/dev/tcp/{address}/{port}'").returncode == 0
+
+
+def http(run, cluster, path: str, key: str | None = None) -> str:
+    """The HTTP status code that machine gets for a completion request."""
+    auth = f"-H 'Authorization: Bearer {key}'" if key else ""
+    return run(f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 60 {auth} -H 'Content-Type: application/json' "
+               f"-d '{{\"prompt\": \"hi\", \"n_predict\": 2}}' {client.server_url(cluster)}{path}").stdout
+
+
+def worker_ip(index: int) -> str:
+    return lab.ip_of(index)
+
+
+def test_outsider_cannot_open_the_rpc_port_but_the_coordinator_can(cluster):
+    port = cluster.workers[0].settings["rpc_port"]
+    for index in range(1, WORKERS + 1):
+        assert opens(outsider, worker_ip(index), 22)  # the network reaches the worker ...
+        assert not opens(outsider, worker_ip(index), port)  # ... the firewall stops the RPC port
+        assert opens(lambda c: on(0, c), worker_ip(index), port)
+
+
+def test_outsider_needs_the_api_key(cluster):
+    key = api_key(cluster)
+    assert http(outsider, cluster, "/completion") == "401"
+    assert http(outsider, cluster, "/completion", key="wrong" + key) == "401"
+    assert http(outsider, cluster, "/completion", key=key) == "200"
+
+
+def rules(index: int) -> list[str]:
+    return [r for r in on(index, "iptables -S INPUT").stdout.splitlines() if FIREWALL_CHAIN in r]
+
+
+def test_worker_reboot_keeps_the_rule_once_and_the_cluster_serves_again(cluster):
+    container = f"{lab.PREFIX}-{lab.host_names(WORKERS)[1]}"
+    assert len(rules(1)) == 1
+    subprocess.run(["docker", "restart", container], check=True, capture_output=True)
+    lab.wait_ready(container)
+    deadline = time.monotonic() + 60
+    while on(1, "systemctl is-active rpc-server").stdout.strip() != "active" and time.monotonic() < deadline:
+        time.sleep(1)
+    assert len(rules(1)) == 1
+    assert not opens(outsider, worker_ip(1), cluster.workers[0].settings["rpc_port"])
+    assert wait_for_completion(cluster, 180) is not None
+
+
+def wait_for_completion(cluster, seconds: float):
+    """Seconds until llama-server answers a completion again, or None."""
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        try:
+            client.complete(cluster, "back?", 2, timeout=30)
+            return time.monotonic() - start
+        except Exception:
+            time.sleep(2)
+    return None
+
+
+def test_a_new_key_replaces_the_old_one_and_is_never_printed(cluster):
+    path = cluster.settings["llama_api_key_file"]
+    old = open(path).read().strip()
+    new = secrets.token_hex(32)
+    with open(path, "w") as f:
+        f.write(new + "\n")
+    os.chmod(path, 0o600)
+    result = pyinfra("--diff", "-v")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert new not in result.stdout + result.stderr and old not in result.stdout + result.stderr
+    assert http(outsider, cluster, "/completion", key=old) == "401"
+    assert http(outsider, cluster, "/completion", key=new) == "200"

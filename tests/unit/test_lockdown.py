@@ -1,0 +1,91 @@
+"""Rendering of the locked-down setup: firewall rule, API key as a file, unprivileged containers."""
+import os
+import subprocess
+
+import pytest
+
+from llama_rpc_deploy import client
+from llama_rpc_deploy.plan import SERVICE_USER
+from llama_rpc_deploy.render import (API_KEY_PATH, FIREWALL_UNIT, WORKER_UNIT, coordinator_files, firewall_files,
+                                     worker_files)
+from llama_rpc_deploy.settings import SettingsError
+
+from .helpers import cluster
+from .test_render import IMAGE, flag, server_script, words
+
+KEY = "0123456789abcdef0123456789abcdef"
+
+
+def key_file(tmp_path, mode=0o600, key=KEY):
+    path = tmp_path / "api_key"
+    path.write_text(key + "\n")
+    os.chmod(path, mode)
+    return str(path)
+
+
+def test_firewall_admits_the_coordinator_only_by_default():
+    c = cluster()
+    files = firewall_files(c, c.workers[0])
+    script = files["/opt/llama-rpc/rpc-firewall.sh"]
+    assert "apply iptables 10.0.0.10\n" in script and "apply ip6tables\n" in script  # IPv6: nobody
+    assert "--dport 50052 -j LLAMA-RPC" in script and "\"$ipt-restore\" --wait --noflush" in script
+    unit = files[f"/etc/systemd/system/{FIREWALL_UNIT}"]
+    assert "Before=network-pre.target rpc-server.service" in unit and "WantedBy=multi-user.target" in unit
+    rpc_unit = worker_files(c, c.workers[0], IMAGE)[f"/etc/systemd/system/{WORKER_UNIT}"]
+    assert f"Requires=docker.service {FIREWALL_UNIT}" in rpc_unit
+
+
+def test_firewall_sources_by_family_and_off_when_asked(tmp_path):
+    c = cluster(workers=[{"rpc_allow_from": ["192.168.1.0/24", "fd00::10"], "rpc_port": 50100}])
+    script = firewall_files(c, c.workers[0])["/opt/llama-rpc/rpc-firewall.sh"]
+    assert "apply iptables 192.168.1.0/24\n" in script and "apply ip6tables fd00::10\n" in script
+    assert "--dport 50100" in script
+    (tmp_path / "fw.sh").write_text(script)
+    subprocess.run(["sh", "-n", str(tmp_path / "fw.sh")], check=True)
+    off = cluster(workers=[{"rpc_firewall": False}])
+    assert firewall_files(off, off.workers[0]) == {}
+    assert FIREWALL_UNIT not in worker_files(off, off.workers[0], IMAGE)[f"/etc/systemd/system/{WORKER_UNIT}"]
+
+
+def test_firewall_needs_an_ip_address_for_the_coordinator():
+    with pytest.raises(SettingsError, match=r"inventory.py \(host desktop.lan\): address = 'desktop.lan'.*expected an IP"):
+        cluster(names=["desktop.lan", "10.0.0.20"])
+    cluster(names=["desktop.lan", "10.0.0.20"], coordinator={"address": "10.0.0.10"})  # fine with its IP
+    cluster(names=["desktop.lan", "10.0.0.20"], workers=[{"rpc_firewall": False}])
+
+
+@pytest.mark.parametrize("role", ["server", "rpc"])
+def test_containers_unprivileged(role):
+    c = cluster()
+    script = server_script(c) if role == "server" else worker_files(c, c.workers[0], IMAGE)["/opt/llama-rpc/rpc-server.sh"]
+    argv = words(script)
+    assert flag(argv, "--user") == f"$(id -u {SERVICE_USER}):$(id -g {SERVICE_USER})"  # expanded by the shell
+    assert '--user "$(id -u llama-rpc):$(id -g llama-rpc)"' in script
+    assert flag(argv, "--cap-drop") == "ALL" and flag(argv, "--security-opt") == "no-new-privileges"
+    assert "--read-only" in argv and flag(argv, "--network") == "host"
+    assert "--privileged" not in argv and "--publish" not in argv and "-p" not in argv
+
+
+def test_api_key_reaches_llama_server_as_a_file_only(tmp_path):
+    c = cluster(all_data={"llama_api_key_file": key_file(tmp_path), "llama_metrics": True})
+    files = coordinator_files(c, IMAGE)
+    argv = words(files["/opt/llama-rpc/llama-server.sh"])
+    assert f"{API_KEY_PATH}:/run/secrets/llama-api-key:ro" in argv
+    assert flag(argv, "--api-key-file") == "/run/secrets/llama-api-key" and "--api-key" not in argv
+    assert "--metrics" in argv
+    assert all(KEY not in content for content in files.values())
+    assert client.headers(c)["Authorization"] == f"Bearer {KEY}"
+    plain = words(server_script(cluster()))
+    assert "--api-key-file" not in plain and "--metrics" not in plain and "Authorization" not in client.headers(cluster())
+
+
+@pytest.mark.parametrize("mode,key,words_", [
+    (0o644, KEY, "has mode 644: expected 600 or 400"),
+    (0o640, KEY, "has mode 640: expected 600 or 400"),
+    (0o600, "short", "expected one key of at least 16 characters"),
+    (0o600, "two words here and more", "expected one key of at least 16 characters"),
+])
+def test_api_key_file_checked(tmp_path, mode, key, words_):
+    with pytest.raises(SettingsError, match=words_):
+        cluster(all_data={"llama_api_key_file": key_file(tmp_path, mode, key)})
+    cluster(all_data={"llama_api_key_file": key_file(tmp_path, 0o400)})

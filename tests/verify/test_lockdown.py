@@ -1,0 +1,114 @@
+"""The locked-down setup (threats and the checks that cover them are listed in docs/security.md):
+the RPC port only from the coordinator, the API behind its key, no secret in sight, containers unprivileged."""
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from llama_rpc_deploy import client, render
+from llama_rpc_deploy.plan import SERVICE_USER, allowed_sources, api_key
+
+
+def _firewall(worker_plan):
+    if not worker_plan.settings["rpc_firewall"]:
+        pytest.skip("rpc_firewall = False: the user firewalls the RPC port")
+
+
+def test_rpc_port_admits_only_the_allowed_sources(worker, worker_plan, deployment):
+    """Exactly our rules: one jump, first in INPUT, to a chain that accepts the coordinator and resets the rest."""
+    _firewall(worker_plan)
+    port, chain = worker_plan.settings["rpc_port"], render.FIREWALL_CHAIN
+    rules = [r for r in worker.check_output("iptables -S INPUT").splitlines() if r.startswith("-A INPUT")]
+    jumps = [r for r in rules if f"-j {chain}" in r]
+    assert jumps == [f"-A INPUT -p tcp -m tcp --dport {port} -j {chain}"], rules  # once, however often deployed
+    assert rules[0] == jumps[0], "another INPUT rule comes before the RPC port's"
+    accept = [f"-A {chain} -s {s if '/' in s else s + '/32'} -j ACCEPT"
+              for s in allowed_sources(deployment.cluster, worker_plan) if ":" not in s]
+    assert worker.check_output(f"iptables -S {chain}").splitlines() == [
+        f"-N {chain}", *accept, f"-A {chain} -p tcp -j REJECT --reject-with tcp-reset"]
+    if worker.exists("ip6tables"):
+        assert f"-A INPUT -p tcp -m tcp --dport {port} -j {chain}" in worker.check_output("ip6tables -S INPUT")
+
+
+def test_firewall_unit_enabled_and_required_by_rpc_server(worker, worker_plan):
+    """Re-applied at boot, and rpc-server never starts without it."""
+    _firewall(worker_plan)
+    unit = worker.service(render.FIREWALL_UNIT.removesuffix(".service"))
+    assert unit.is_enabled and unit.is_running
+    requires = worker.check_output(f"systemctl show -p Requires --value {render.WORKER_UNIT}")
+    assert render.FIREWALL_UNIT in requires.split()
+
+
+@pytest.mark.parametrize("role", ["coordinator", "worker"])
+def test_containers_run_unprivileged(role, coordinator, worker):
+    host, container = (coordinator, "llama-server") if role == "coordinator" else (worker, "rpc-server")
+    config = json.loads(host.check_output(f"docker inspect {container}"))[0]
+    hc = config["HostConfig"]
+    assert hc["Privileged"] is False
+    assert hc["NetworkMode"] == "host" and not hc.get("PortBindings")  # no Docker port publishing to bypass the firewall
+    assert "ALL" in (hc.get("CapDrop") or []) and not hc.get("CapAdd")
+    assert "no-new-privileges" in (hc.get("SecurityOpt") or [])
+    assert hc["ReadonlyRootfs"] is True
+    uid = host.check_output(f"id -u {SERVICE_USER}")
+    assert config["Config"]["User"].split(":")[0] == uid != "0"
+    assert host.check_output(f"docker exec {container} id -u") == uid
+    if role == "coordinator":
+        models = [m for m in config["Mounts"] if m["Destination"] == "/models"]
+        assert models and models[0]["RW"] is False
+
+
+# --- the API key (when llama_api_key_file is set) ---
+
+@pytest.fixture(scope="module")
+def key(deployment):
+    if not deployment.cluster.settings["llama_api_key_file"]:
+        pytest.skip("llama_api_key_file = None: llama-server has no API key")
+    return api_key(deployment.cluster)
+
+
+def _status(deployment, path, token=None, body=None):
+    request = urllib.request.Request(client.server_url(deployment.cluster) + path,
+                                     data=json.dumps(body).encode() if body else None,
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_requests_without_the_key_are_refused(deployment, key):
+    body = {"prompt": "no key", "n_predict": 1}
+    assert _status(deployment, "/completion", body=body) == 401
+    assert _status(deployment, "/completion", token=key[::-1], body=body) == 401
+    assert _status(deployment, "/completion", token=key, body=body) == 200
+    assert _status(deployment, "/health") == 200  # public, so health checks need no secret
+
+
+def test_metrics_only_when_asked(deployment, key):
+    expected = 200 if deployment.cluster.settings["llama_metrics"] else 501
+    assert _status(deployment, "/metrics", token=key) == expected
+
+
+def test_key_file_readable_only_by_the_service_user(coordinator, key):
+    f = coordinator.file(render.API_KEY_PATH)
+    assert f.is_file and f.mode == 0o400 and f.user == SERVICE_USER and f.group == SERVICE_USER
+    assert coordinator.file(render.API_KEY_PATH.rsplit("/", 1)[0]).mode == 0o700
+    assert f.content_string.strip() == key
+
+
+def test_key_appears_in_no_script_unit_process_or_log(coordinator, deployment, key):
+    s = deployment.cluster.settings
+    places = {
+        "rendered files": f"cat {s['deploy_dir']}/* /etc/systemd/system/llama-server.service 2>/dev/null",
+        "ps": "ps -eww -o args",
+        "docker inspect": "docker inspect llama-server",
+        "journal": f"journalctl -u {render.COORDINATOR_UNIT} --no-pager -o cat -n 20000",
+    }
+    for place, command in places.items():
+        text = coordinator.check_output(command)
+        assert text, f"{place}: nothing to search"
+        assert key not in text, f"the API key appears in {place}"
