@@ -22,7 +22,7 @@ STATE = ("sha256sum /opt/llama-rpc/* /etc/systemd/system/rpc-server.service /etc
          "find /models /var/cache/llama-rpc -exec stat -c '%n %s %Y' {} + 2>/dev/null | sort; "
          "systemctl show -p ActiveEnterTimestampMonotonic -p NRestarts rpc-server llama-server; "
          "for c in $(docker ps -q); do docker inspect --format '{{.Name}} {{.State.StartedAt}}' $c; done | sort; "
-         "docker images -q | sort")
+         "docker images -q | sort; iptables -S")
 
 
 def snapshot() -> dict[str, str]:
@@ -33,7 +33,11 @@ def snapshot() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def base():
-    return lab.up(workers=WORKERS)
+    inventory = lab.up(workers=WORKERS)
+    # a model file only root can read (its content does not matter: the check stops before it is read)
+    subprocess.run(["docker", "exec", f"{lab.PREFIX}-coordinator", "sh", "-c",
+                    "head -c 64 /models/lab.gguf > /models/private.gguf && chmod 600 /models/private.gguf"], check=True)
+    return inventory
 
 
 def refused_untouched(case: Bad, base, tmp_path) -> str:
@@ -69,6 +73,9 @@ HOST_CASES = [
     Bad("gpu-host-without-nvidia-runtime",
         on_coordinator('{"image_backend": "cuda", "gpus": ["RTX 4080"], "llama_tensor_split": None}'),
         ("gpus = ['RTX 4080'] but Docker has no nvidia runtime: install the NVIDIA Container Toolkit",)),
+    Bad("model-unreadable-by-the-service-user", on_coordinator('{"llama_model_path": "/models/private.gguf"}'),
+        ("{c}: llama_model_path = '/models/private.gguf': llama-server runs as the unprivileged user llama-rpc, "
+         "which cannot read it", "chmod o+r FILE")),
     Bad("worker-sshd-unreachable", on_worker('{"transfer_ssh_port": 2}'),
         ("cannot reach", "sshd at", ":2: the coordinator sends the image that way",)),
 ]
