@@ -36,6 +36,9 @@ ROLE = dep.role(host.name)
 ME = dep.host(host.name) if ROLE != "none" else None
 BUILD_DIR = f"{dep.cluster.settings['state_dir']}/build"
 TRANSFER_KEY = "/etc/llama-rpc/transfer_key"
+if ROLE == "coordinator":
+    HEALTH_URL = f"http://{ME.settings['llama_host'] or ME.address}:{ME.settings['llama_port']}/health"
+    HEALTH_PROBE = f"docker exec llama-server curl -fsS --max-time 5 {HEALTH_URL}"
 KNOWN_HOSTS = "/etc/llama-rpc/known_hosts"
 
 
@@ -105,8 +108,15 @@ def put(path, content, mode="644"):
     the last working launch scripts and units survive a deploy that goes wrong."""
     current = host.get_fact(Sha1File, path=path)
     if current and current != hashlib.sha1(content.encode()).hexdigest():
-        server.shell(name=f"Keep {path} as {path}.previous", commands=[f"cp -a {path} {path}.previous"])
+        keep = server.shell(name=f"Keep {path} as {path}.previous", commands=[f"cp -a {path} {path}.previous"])
+        deployment.REPLACED.setdefault(host.name, []).append((path, keep))
     return files.put(name=f"Install {path}", src=StringIO(content), dest=path, mode=mode)
+
+
+def put_all(rendered: dict[str, str]) -> tuple[list, bool]:
+    """put() each file; returns the operations and whether a systemd unit among them will change."""
+    ops = [put(path, content, mode="755" if path.endswith(".sh") else "644") for path, content in rendered.items()]
+    return ops, any(op.will_change for path, op in zip(rendered, ops) if path.endswith(".service"))
 
 
 @deploy("The unprivileged user the containers run as")
@@ -179,23 +189,24 @@ def distribute_image():
 
 @deploy("rpc-server on the worker")
 def install_worker():
-    rule = [put(path, content, mode="755" if path.endswith(".sh") else "644")
-            for path, content in render.firewall_files(dep.cluster, ME).items()]
+    rule, rule_unit = put_all(render.firewall_files(dep.cluster, ME))
     if rule:  # before rpc-server (re)starts; a reload re-applies the rule without restarting rpc-server
         systemd.service(name="Firewall: RPC port from the coordinator only", service=render.FIREWALL_UNIT,
-                        running=True, enabled=True, reloaded=rule[0].will_change, daemon_reload=rule[-1].will_change)
-    changed = [put(path, content, mode="755" if path.endswith(".sh") else "644")
-               for path, content in render.worker_files(dep.cluster, ME, dep.image).items()]
+                        running=True, enabled=True, reloaded=rule[0].will_change, daemon_reload=rule_unit)
+    changed, unit = put_all(render.worker_files(dep.cluster, ME, dep.image))
     deployment.RPC_SERVICE_OPS[host.name] = systemd.service(
         name="rpc-server running and enabled", service=render.WORKER_UNIT, running=True, enabled=True,
-        restarted=any(op.will_change for op in changed), daemon_reload=changed[-1].will_change)
+        restarted=any(op.will_change for op in changed), daemon_reload=unit)
+    watchdog, watchdog_unit = put_all(render.worker_watchdog_files(ME))
+    systemd.service(name="Watchdog: restart rpc-server when it holds a dead client", service=render.WORKER_WATCHDOG_UNIT,
+                    running=True, enabled=True, restarted=any(op.will_change for op in watchdog),
+                    daemon_reload=watchdog_unit)
 
 
 @deploy("llama-server on the coordinator")
 def install_coordinator():
     s = ME.settings
-    changed = [put(path, content, mode="755" if path.endswith(".sh") else "644")
-               for path, content in render.coordinator_files(dep.cluster, dep.image).items()]
+    changed, unit = put_all(render.coordinator_files(dep.cluster, dep.image))
     if s["llama_api_key_file"]:
         # /etc/llama-rpc (mode 700) was made by distribute_image; no .previous copy of a secret
         changed.insert(0, operations.secret_file(
@@ -204,27 +215,64 @@ def install_coordinator():
             user=SERVICE_USER, group=SERVICE_USER))
     service = systemd.service(name="llama-server running and enabled", service=render.COORDINATOR_UNIT,
                               running=True, enabled=True, restarted=any(op.will_change for op in changed),
-                              daemon_reload=changed[-1].will_change)
+                              daemon_reload=unit)
     # llama-server drops a worker whose rpc-server restarts (it aborts on the next request), so it
     # restarts too whenever this run (re)started any worker. Decided when the operation runs.
     after_workers = systemd.service(
         name="Restart llama-server after its workers restarted", service=render.COORDINATOR_UNIT,
         running=True, restarted=True,
         _if=lambda: not service.did_change() and any(op.did_change() for op in deployment.RPC_SERVICE_OPS.values()))
-    url = f"http://{s['llama_host'] or ME.address}:{s['llama_port']}/health"
-    probe = f"docker exec llama-server curl -fsS --max-time 5 {url}"
 
     def not_healthy_now():
         """Checked when the operation runs: after a restart, or whenever /health is not ok (a worker
         restarted, say). A healthy server that nothing touched is left alone: no change."""
-        return service.did_change() or after_workers.did_change() or not host.run_shell_command(probe)[0]
+        return service.did_change() or after_workers.did_change() or not host.run_shell_command(HEALTH_PROBE)[0]
 
-    server.shell(
-        name=f"Wait for {url} (at most {s['llama_health_timeout']} s)",
-        commands=[f"for i in $(seq {s['llama_health_timeout']}); do {probe} && exit 0; sleep 1; done; "
-                  f"journalctl -u {render.COORDINATOR_UNIT} -n 40 --no-pager; exit 1"],
-        _if=not_healthy_now,
-    )
+    # a failure here is not the end: roll_back() below puts the previous version back on every host
+    deployment.HEALTH["check"] = server.shell(
+        name=f"Wait for {HEALTH_URL} (at most {s['llama_health_timeout']} s)",
+        commands=[wait_for_health()], _if=not_healthy_now, _ignore_errors=True)
+    watchdog, watchdog_unit = put_all(render.watchdog_files(dep.cluster))
+    systemd.service(name="Watchdog: restart llama-server when it loses a worker", service=render.WATCHDOG_UNIT,
+                    running=True, enabled=True, restarted=any(op.will_change for op in watchdog),
+                    daemon_reload=watchdog_unit)
+
+
+def wait_for_health():
+    return (f"for i in $(seq {ME.settings['llama_health_timeout']}); do {HEALTH_PROBE} && exit 0; sleep 1; done; "
+            f"journalctl -u {render.COORDINATOR_UNIT} -n 40 --no-pager; exit 1")
+
+
+def health_failed():
+    check = deployment.HEALTH.get("check")
+    return check is not None and check.did_error()
+
+
+@deploy("Roll back when the new version failed its health check")
+def roll_back():
+    """Every host: keep the failed version's files and logs, put back what this run replaced (the
+    launch scripts and units name the previous image, which is still there), restart."""
+    failed = f"{dep.cluster.settings['state_dir']}/failed/{deployment.RUN_ID}"
+    unit = render.COORDINATOR_UNIT if ROLE == "coordinator" else render.WORKER_UNIT
+    replaced = deployment.REPLACED.get(host.name, [])
+    server.shell(name=f"Keep the failed version's files and {unit} log in {failed}",
+                 commands=[f"mkdir -p {failed} && journalctl -u {unit} -n 2000 --no-pager > {failed}/{unit}.log; "
+                           + "".join(f"cp -a {path} {failed}/; " for path, _ in replaced)],
+                 _if=health_failed)
+    for path, kept in replaced:
+        server.shell(name=f"Put back {path}", commands=[f"cp -a {path}.previous {path}"],
+                     _if=lambda kept=kept: health_failed() and kept.did_change())
+    firewall = f"systemctl reload {render.FIREWALL_UNIT}; " if ROLE == "worker" and ME.settings["rpc_firewall"] else ""
+    server.shell(name=f"Restart {unit} on the previous version",
+                 commands=[f"systemctl daemon-reload; {firewall}systemctl restart {unit}"], _if=health_failed)
+    if ROLE == "coordinator":
+        server.shell(name="Previous version healthy again?", commands=[wait_for_health()], _if=health_failed,
+                     _ignore_errors=True)
+        server.shell(
+            name="Say so: the new version was rolled back",
+            commands=[f"echo 'the new version failed its health check ({HEALTH_URL}): every host is back on the previous "
+                      f"launch scripts, units and image; the failed version and its logs are in {failed} on each host' >&2; exit 1"],
+            _if=health_failed)
 
 
 def barrier(label):
@@ -251,3 +299,9 @@ if ROLE != "none":
     barrier("rpc-server running on every worker")
     if ROLE == "coordinator":
         install_coordinator()
+    barrier("llama-server checked")
+    if ROLE == "worker":
+        roll_back()
+    barrier("workers rolled back, if the new version failed")
+    if ROLE == "coordinator":
+        roll_back()

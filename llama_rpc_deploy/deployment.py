@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -17,9 +18,12 @@ from .source import Source, resolve_source
 PROJECT = Path(__file__).resolve().parent.parent
 STATE = PROJECT / ".state"  # on the control machine: packed sources, the image-transfer key
 
-# Each worker's rpc-server operation in this pyinfra run, by host name. deploy.py runs once per
-# host; the coordinator's operations read this when they run (after every host's deploy.py).
-RPC_SERVICE_OPS: dict = {}
+# Operations of this pyinfra run that other hosts' operations look at when they run (deploy.py
+# runs once per host, and every host's operations are created before the first one runs):
+RPC_SERVICE_OPS: dict = {}  # worker name -> its "rpc-server running" operation
+REPLACED: dict = {}  # host name -> [(path, the operation that kept the old file as path.previous)]
+HEALTH: dict = {}  # "check" -> the coordinator's health wait (fails: the new version is rolled back)
+RUN_ID = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())  # names the folder a failed version's logs go to
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,11 @@ UNIT_DIR = "/etc/systemd/system"
 WORKER_UNIT = "rpc-server.service"
 COORDINATOR_UNIT = "llama-server.service"
 FIREWALL_UNIT = "llama-rpc-firewall.service"
+WATCHDOG_UNIT = "llama-server-watchdog.service"
+WORKER_WATCHDOG_UNIT = "rpc-server-watchdog.service"
+WORKER_WATCHDOG_PATIENCE = 20  # seconds a new connection may wait behind a dead one
+WATCHDOG_INTERVAL = 5  # seconds between looks at llama-server's connections to its workers
+WATCHDOG_RETRANSMISSIONS = 7  # retransmissions of unacknowledged data (about 25 s) that mean a worker is gone
 FIREWALL_CHAIN = "LLAMA-RPC"
 API_KEY_PATH = "/etc/llama-rpc/api_key"  # on the coordinator: owned by SERVICE_USER, mode 0400
 
@@ -93,7 +98,32 @@ def coordinator_files(cluster: Cluster, image: str) -> dict[str, str]:
             api_key_path=API_KEY_PATH if s["llama_api_key_file"] else "",
             cluster_fingerprint=cluster_fingerprint(cluster, image)),
         f"{s['deploy_dir']}/wait-for-workers.sh": _render(
-            "wait-for-workers.sh.j2", rpc_endpoints=cluster.rpc_endpoints, timeout=s["rpc_wait_timeout"]),
+            "wait-for-workers.sh.j2", rpc_endpoints=cluster.rpc_endpoints, timeout=s["rpc_wait_timeout"], image=image),
         f"{UNIT_DIR}/{COORDINATOR_UNIT}": _render(
             "llama-server.service.j2", deploy_dir=s["deploy_dir"], timeout=s["rpc_wait_timeout"]),
+    }
+
+
+def worker_watchdog_files(worker: HostPlan) -> dict[str, str]:
+    """Path on the worker -> content: the watchdog that restarts rpc-server when it holds a dead client."""
+    s = worker.settings
+    return {
+        f"{s['deploy_dir']}/rpc-server-watchdog.sh": _render(
+            "rpc-server-watchdog.sh.j2", worker=worker, port=s["rpc_port"], interval=WATCHDOG_INTERVAL,
+            patience=WORKER_WATCHDOG_PATIENCE, server_unit=WORKER_UNIT, unit=WORKER_WATCHDOG_UNIT),
+        f"{UNIT_DIR}/{WORKER_WATCHDOG_UNIT}": _render("rpc-server-watchdog.service.j2", deploy_dir=s["deploy_dir"],
+                                                      server_unit=WORKER_UNIT),
+    }
+
+
+def watchdog_files(cluster: Cluster) -> dict[str, str]:
+    """Path on the coordinator -> content: the watchdog that restarts llama-server when it lost a worker."""
+    s = cluster.settings
+    return {
+        f"{s['deploy_dir']}/llama-server-watchdog.sh": _render(
+            "llama-server-watchdog.sh.j2", coordinator=cluster.coordinator, rpc_endpoints=cluster.rpc_endpoints,
+            interval=WATCHDOG_INTERVAL, retrans=WATCHDOG_RETRANSMISSIONS, grace=3 * WATCHDOG_INTERVAL,
+            server_unit=COORDINATOR_UNIT, unit=WATCHDOG_UNIT),
+        f"{UNIT_DIR}/{WATCHDOG_UNIT}": _render("llama-server-watchdog.service.j2", deploy_dir=s["deploy_dir"],
+                                               server_unit=COORDINATOR_UNIT),
     }
