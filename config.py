@@ -3,3 +3,8 @@
 from llama_rpc_deploy.deployment import preflight
 
 preflight()
+
+# One host failing stops every host: a worker must not install a version the coordinator failed to build.
+# (The service starts and the health check ignore their own errors: the health check decides, and a
+# failed one rolls every host back, see roll_back() in deploy.py.)
+FAIL_PERCENT = 0

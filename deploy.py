@@ -196,7 +196,7 @@ def install_worker():
     changed, unit = put_all(render.worker_files(dep.cluster, ME, dep.image))
     deployment.RPC_SERVICE_OPS[host.name] = systemd.service(
         name="rpc-server running and enabled", service=render.WORKER_UNIT, running=True, enabled=True,
-        restarted=any(op.will_change for op in changed), daemon_reload=unit)
+        restarted=any(op.will_change for op in changed), daemon_reload=unit, _ignore_errors=True)
     watchdog, watchdog_unit = put_all(render.worker_watchdog_files(ME))
     systemd.service(name="Watchdog: restart rpc-server when it holds a dead client", service=render.WORKER_WATCHDOG_UNIT,
                     running=True, enabled=True, restarted=any(op.will_change for op in watchdog),
@@ -215,12 +215,12 @@ def install_coordinator():
             user=SERVICE_USER, group=SERVICE_USER))
     service = systemd.service(name="llama-server running and enabled", service=render.COORDINATOR_UNIT,
                               running=True, enabled=True, restarted=any(op.will_change for op in changed),
-                              daemon_reload=unit)
+                              daemon_reload=unit, _ignore_errors=True)  # the health check below decides
     # llama-server drops a worker whose rpc-server restarts (it aborts on the next request), so it
     # restarts too whenever this run (re)started any worker. Decided when the operation runs.
     after_workers = systemd.service(
         name="Restart llama-server after its workers restarted", service=render.COORDINATOR_UNIT,
-        running=True, restarted=True,
+        running=True, restarted=True, _ignore_errors=True,
         _if=lambda: not service.did_change() and any(op.did_change() for op in deployment.RPC_SERVICE_OPS.values()))
 
     def not_healthy_now():
@@ -245,7 +245,7 @@ def wait_for_health():
 
 def health_failed():
     check = deployment.HEALTH.get("check")
-    return check is not None and check.did_error()
+    return check is not None and check.is_complete() and check.did_error()
 
 
 @deploy("Roll back when the new version failed its health check")
