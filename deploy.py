@@ -23,7 +23,7 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import Directory, File, Sha1File
 from pyinfra.operations import files, server, systemd
 
-from llama_rpc_deploy import capacity, deployment, facts, operations, render
+from llama_rpc_deploy import capacity, deployment, facts, operations, render, transfer
 from llama_rpc_deploy.plan import FILES, SERVICE_USER
 from llama_rpc_deploy.settings import SettingsError
 
@@ -35,11 +35,10 @@ except (SettingsError, FileNotFoundError) as error:
 ROLE = dep.role(host.name)
 ME = dep.host(host.name) if ROLE != "none" else None
 BUILD_DIR = f"{dep.cluster.settings['state_dir']}/build"
-TRANSFER_KEY = "/etc/llama-rpc/transfer_key"
+TRANSFER_KEY, KNOWN_HOSTS = transfer.TRANSFER_KEY, transfer.KNOWN_HOSTS
 if ROLE == "coordinator":
     HEALTH_URL = f"http://{ME.settings['llama_host'] or ME.address}:{ME.settings['llama_port']}/health"
     HEALTH_PROBE = f"docker exec llama-server curl -fsS --max-time 5 {HEALTH_URL}"
-KNOWN_HOSTS = "/etc/llama-rpc/known_hosts"
 
 
 def check_host():
@@ -174,17 +173,9 @@ def distribute_image():
         theirs = inventory.get_host(worker.name).get_fact(facts.DockerImageId, image=dep.image)
         if mine is not None and theirs == mine:
             continue  # same image ID already there: send nothing
-        port = ssh_port(worker)
-        server.shell(
-            name=f"Send {dep.image} to {worker.name}",
-            commands=[
-                "set -o pipefail; "
-                f"id=$(docker image inspect --format '{{{{.Id}}}}' {dep.image}) && "
-                f"docker save \"$id\" | zstd -T0 -3 -c | "
-                f"ssh -i {TRANSFER_KEY} -o BatchMode=yes -o IdentitiesOnly=yes -o StrictHostKeyChecking=yes "
-                f"-o UserKnownHostsFile={KNOWN_HOSTS} -p {port} root@{worker.address} \"receive $id {dep.image}\""],
-            _shell_executable="bash",
-        )
+        server.shell(name=f"Send {dep.image} to {worker.name}",
+                     commands=[transfer.send_command(dep.image, worker.address, ssh_port(worker))],
+                     _shell_executable="bash")
 
 
 @deploy("rpc-server on the worker")

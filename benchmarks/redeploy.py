@@ -51,6 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--json", type=Path, help="also write the figures here as JSON")
     args = parser.parse_args()
 
     lab.down()
@@ -88,6 +89,8 @@ def main() -> None:
         "completion_tokens": timings["predicted_n"],
     }
     print(json.dumps(figures, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
     rows = "\n".join(f"| `{k}` | {v} |" for k, v in figures.items())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(f"""# Benchmarks

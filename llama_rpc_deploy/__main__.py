@@ -4,6 +4,9 @@
   lab down                 remove everything the lab made
   lab pin | lab unpin      each lab host on its own core (for measurements) / back on all cores
   complete [-i INVENTORY]  ask the deployed llama-server for a completion; print it and tokens/s
+  bench [-i INVENTORY] [--streams 1,2,4] [--json OUT] [--png OUT] [--model LOCAL.gguf]
+                           tokens/s for 1 and N parallel streams against the planner's ceiling,
+                           time to first token after idle sleep; a table, JSON, a PNG plot
   plan [-i INVENTORY] [--model LOCAL.gguf]
                            per device: layers, weights, KV cache, free memory; the tokens/s ceiling;
                            exits 2 when something does not fit
@@ -36,6 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     p_complete.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
     p_complete.add_argument("--prompt", default="Two computers, one model:")
     p_complete.add_argument("-n", "--n-predict", type=int, default=32)
+    p_bench = sub.add_parser("bench")
+    p_bench.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
+    p_bench.add_argument("--streams", default="1,2,4", help="parallel streams to measure, comma separated")
+    p_bench.add_argument("--json", type=Path, help="write the figures here")
+    p_bench.add_argument("--png", type=Path, help="plot tokens/s against streams, with the ceiling, here")
+    p_bench.add_argument("--model", type=Path, help="a local copy of the GGUF (default: its header is read "
+                                                    "on the coordinator over SSH)")
+    p_bench.add_argument("--sleep-wait", type=float, default=300,
+                         help="at most this many seconds to wait for the server to fall asleep")
     p_plan = sub.add_parser("plan")
     p_plan.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
     p_plan.add_argument("--model", type=Path, help="a local copy of the GGUF file (default: llama_model_path, "
@@ -61,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"completion: {result.get('content', '')!r}")
             print(f"{t.get('predicted_n', 0)} tokens at {t.get('predicted_per_second', 0):.1f} tokens/s "
                   f"(prompt {t.get('prompt_n', 0)} tokens at {t.get('prompt_per_second', 0):.1f} tokens/s)")
+        elif args.command == "bench":
+            from . import bench
+            streams = [int(n) for n in args.streams.split(",")]
+            result = bench.run(args.inventory, offline_cluster(args.inventory), streams, args.model, args.json,
+                               args.png, args.sleep_wait)
+            print(bench.table(result))
         elif args.command == "plan":
             cluster = offline_cluster(args.inventory)
             model = args.model or Path(cluster.settings["llama_model_path"])

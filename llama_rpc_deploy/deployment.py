@@ -131,6 +131,26 @@ def read_inventory(inventory_path: Path) -> dict[str, list[tuple[str, dict]]]:
             for group in ("coordinator", "workers")}
 
 
+def write_ssh_config(inventory: Path, directory: Path) -> Path:
+    """An ssh_config with one Host block per inventory host, from its ssh_* data: for testinfra (which
+    ignores --ssh-extra-args) and `bench`, to reach the hosts the way pyinfra does."""
+    blocks = []
+    for hosts in read_inventory(inventory).values():
+        for name, data in hosts:
+            block = [f"Host {name}", f"  HostName {name}", f"  User {data.get('ssh_user', 'root')}",
+                     f"  Port {data.get('ssh_port', 22)}", "  BatchMode yes"]
+            if data.get("ssh_key"):
+                block += [f"  IdentityFile {data['ssh_key']}", "  IdentitiesOnly yes"]
+            if data.get("ssh_known_hosts_file"):
+                block.append(f"  UserKnownHostsFile {data['ssh_known_hosts_file']}")
+            if data.get("ssh_strict_host_key_checking"):
+                block.append(f"  StrictHostKeyChecking {data['ssh_strict_host_key_checking']}")
+            blocks.append("\n".join(block))
+    path = directory / "ssh_config"
+    path.write_text("\n\n".join(blocks) + "\n")
+    return path
+
+
 def offline_cluster(inventory_path: Path, group_data: Path = PROJECT / "group_data",
                     overrides: dict | None = None) -> Cluster:
     """The Cluster as deploy.py computes it, read from the files alone (same layers, same checks)."""

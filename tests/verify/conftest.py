@@ -16,32 +16,13 @@ import pytest
 import testinfra
 
 from llama_rpc_deploy.capacity import plan_cluster, read_remote_model
-from llama_rpc_deploy.deployment import from_cluster, offline_cluster, read_inventory, with_split
+from llama_rpc_deploy.deployment import from_cluster, offline_cluster, read_inventory, with_split, write_ssh_config
 from llama_rpc_deploy.facts import GgufHeader
 
 
 def pytest_addoption(parser):
     parser.addoption("--inventory", default=os.environ.get("LLAMA_RPC_INVENTORY", "inventory.py"),
                      help="inventory file of the deployed hosts (default: inventory.py)")
-
-
-def _ssh_config(inventory: Path, directory: Path) -> Path:
-    """One Host block per inventory host, from its ssh_* data (testinfra ignores --ssh-extra-args)."""
-    blocks = []
-    for hosts in read_inventory(inventory).values():
-        for name, data in hosts:
-            block = [f"Host {name}", f"  HostName {name}", f"  User {data.get('ssh_user', 'root')}",
-                     f"  Port {data.get('ssh_port', 22)}", "  BatchMode yes"]
-            if data.get("ssh_key"):
-                block += [f"  IdentityFile {data['ssh_key']}", "  IdentitiesOnly yes"]
-            if data.get("ssh_known_hosts_file"):
-                block.append(f"  UserKnownHostsFile {data['ssh_known_hosts_file']}")
-            if data.get("ssh_strict_host_key_checking"):
-                block.append(f"  StrictHostKeyChecking {data['ssh_strict_host_key_checking']}")
-            blocks.append("\n".join(block))
-    path = directory / "ssh_config"
-    path.write_text("\n\n".join(blocks) + "\n")
-    return path
 
 
 def _inventory_path(config) -> Path:
@@ -72,7 +53,7 @@ def deployment(offline, request):
 
 @pytest.fixture(scope="session")
 def connect(request, tmp_path_factory):
-    config = _ssh_config(_inventory_path(request.config), tmp_path_factory.mktemp("ssh"))
+    config = write_ssh_config(_inventory_path(request.config), tmp_path_factory.mktemp("ssh"))
     cache = {}
 
     def get(name: str):

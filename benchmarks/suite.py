@@ -1,0 +1,240 @@
+"""The benchmark suite of issue 8 on the lab, each figure a ratio measured in one run.
+
+    python3 benchmarks/suite.py [--skip-redeploy] [--out docs/benchmarks.md]
+
+  1. no-op re-deploy against the full deploy (benchmarks/redeploy.py: it takes the lab down first)
+  2. image distribution over 1 Gbit/s links (tc tbf on every lab host, both directions): the deploy's
+     streamed, compressed transfer against the naive path (save to a file, copy through the control
+     machine, load) and against the wire limit (compressed bytes / link rate); each stage alone
+  3. tokens/s with the model split across coordinator and worker against the same model in one
+     llama-server on the same CPUs (each host pinned to its own core, 1 thread each)
+  4. first token after idle sleep (the model reloads) with and without rpc-server's tensor cache,
+     over the 1 Gbit/s links, with a larger model (its FFN tensors pass the 10 MiB hash threshold)
+  5. f16 against q8_0 KV cache at a long context (a ~3000-token prompt)
+The lab runs one worker here (the seed's pair). Writes the figures to docs/benchmarks.md and prints JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from llama_rpc_deploy import client, lab, transfer  # noqa: E402
+from llama_rpc_deploy.bench import PROMPT, sleeping, time_to_first_token  # noqa: E402
+from llama_rpc_deploy.deployment import from_cluster, offline_cluster, write_ssh_config  # noqa: E402
+from llama_rpc_deploy.testmodel import Shape, write_model  # noqa: E402
+
+LINK = "1gbit"
+LINK_BYTES_PER_S = 125_000_000
+BIG_MODEL = "/models/bench-big.gguf"
+BIG_SHAPE = Shape(n_layer=8, n_embd=2048, n_head=16, n_head_kv=8, n_ff=5632)  # FFN tensors 23 MB each
+
+
+def sh(*args: str, check: bool = True, **kw) -> str:
+    return subprocess.run(list(args), capture_output=True, text=True, check=check, **kw).stdout.strip()
+
+
+def on(name: str, command: str, check: bool = True) -> str:
+    result = subprocess.run(["docker", "exec", f"{lab.PREFIX}-{name}", "bash", "-c", command], capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise RuntimeError(f"{name}: {command}: {result.stderr[-2000:]}")
+    return result.stdout.strip()
+
+
+def timed(fn) -> float:
+    start = time.monotonic()
+    fn()
+    return time.monotonic() - start
+
+
+def deploy(inventory: Path, *data: str) -> None:
+    args = [a for d in data for a in ("--data", d)]
+    result = subprocess.run(["pyinfra", "-y", *args, str(inventory), "deploy.py"], cwd=ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"deploy {' '.join(args)} failed:\n{result.stdout[-3000:]}{result.stderr[-2000:]}")
+
+
+# --- links limited to 1 Gbit/s, both directions ---
+
+def host_veth(name: str) -> str:
+    """The control machine's end of a lab host's eth0 (traffic into the host leaves through it)."""
+    index = on(name, "cat /sys/class/net/eth0/iflink")
+    line = next(l for l in sh("ip", "-o", "link").splitlines() if l.split(":")[0] == index)
+    return line.split(":")[1].strip().split("@")[0]
+
+
+def limit_links(names: list[str], on_: bool = True) -> None:
+    for name in names:
+        for run in (lambda c: on(name, c, check=False), lambda c: sh("sh", "-c", c.replace("eth0", host_veth(name)), check=False)):
+            run("tc qdisc del dev eth0 root 2>/dev/null")
+            if on_:
+                run(f"tc qdisc add dev eth0 root tbf rate {LINK} burst 1250kb latency 50ms")
+
+
+# --- 2. image distribution ---
+
+def image_distribution(inventory: Path, image: str, worker_ip: str) -> dict:
+    def drop_worker_image():
+        on("worker1", f"systemctl stop rpc-server-watchdog rpc-server; docker rm -f rpc-server >/dev/null 2>&1; "
+                      f"docker rmi -f {image} >/dev/null; docker image prune -f >/dev/null")
+
+    image_bytes = int(on("coordinator", f"docker image inspect --format '{{{{.Size}}}}' {image}"))
+    wire_bytes = int(on("coordinator", f"docker save {image} | zstd -T0 -3 -c | wc -c"))
+    drop_worker_image()
+    streamed = timed(lambda: on("coordinator", transfer.send_command(image, worker_ip)))
+    assert on("worker1", f"docker image inspect --format '{{{{.Id}}}}' {image}")
+    save_compress = timed(lambda: on("coordinator", f"docker save {image} | zstd -T0 -3 -c > /dev/null"))
+
+    drop_worker_image()
+    with tempfile.TemporaryDirectory(dir=ROOT / ".cache") as tmp:
+        config = write_ssh_config(inventory, Path(tmp))
+        coordinator, worker = lab.ip_of(0), worker_ip
+        stages = {}
+        stages["save"] = timed(lambda: on("coordinator", f"docker save -o /var/tmp/image.tar {image}"))
+        stages["copy_to_control"] = timed(lambda: sh("scp", "-q", "-F", str(config), f"{coordinator}:/var/tmp/image.tar", f"{tmp}/image.tar"))
+        stages["copy_to_worker"] = timed(lambda: sh("scp", "-q", "-F", str(config), f"{tmp}/image.tar", f"{worker}:/var/tmp/image.tar"))
+        stages["load"] = timed(lambda: on("worker1", "docker load -q -i /var/tmp/image.tar"))
+        naive = sum(stages.values())
+        load_alone = stages["load"]
+    on("coordinator", "rm -f /var/tmp/image.tar")
+    on("worker1", f"rm -f /var/tmp/image.tar; docker tag $(docker images -q | head -1) {image} 2>/dev/null; "
+                  "systemctl start rpc-server rpc-server-watchdog")
+    wire_limit = wire_bytes / LINK_BYTES_PER_S
+    return {"image_bytes": image_bytes, "wire_bytes": wire_bytes, "link": LINK,
+            "streamed_s": round(streamed, 2), "naive_s": round(naive, 2),
+            "naive_stages_s": {k: round(v, 2) for k, v in stages.items()},
+            "wire_limit_s": round(wire_limit, 2), "save_and_compress_alone_s": round(save_compress, 2),
+            "docker_load_alone_s": round(load_alone, 2),
+            "naive_over_streamed": round(naive / streamed, 2), "streamed_over_wire_limit": round(streamed / wire_limit, 2)}
+
+
+# --- 3. split against one host ---
+
+def generation_tps(complete, runs: int = 5) -> float:
+    complete("warm up", 4)
+    return statistics.median(complete("Once upon a time", 64)["timings"]["predicted_per_second"] for _ in range(runs))
+
+
+def split_vs_single(cluster, image: str) -> dict:
+    split = generation_tps(lambda p, n: client.complete(cluster, p, n))
+    model = cluster.settings["llama_model_path"]
+    on("coordinator", "docker rm -f bench-single >/dev/null 2>&1; "
+                      f"docker run -d --name bench-single --network host -v {Path(model).parent}:/models:ro {image} server "
+                      f"--model /models/{Path(model).name} --host 127.0.0.1 --port 8091 --threads 1 "
+                      f"--ctx-size {cluster.settings['llama_ctx_size']} --parallel {cluster.settings['llama_parallel']} >/dev/null; "
+                      "for i in $(seq 120); do curl -fs http://127.0.0.1:8091/health >/dev/null && exit 0; sleep 1; done; exit 1")
+
+    def single_complete(prompt, n):
+        body = json.dumps({"prompt": prompt, "n_predict": n, "cache_prompt": False})
+        return json.loads(on("coordinator", f"curl -fs http://127.0.0.1:8091/completion -d '{body}'"))
+
+    try:
+        single = generation_tps(single_complete)
+    finally:
+        on("coordinator", "docker rm -f bench-single >/dev/null", check=False)
+    return {"split_tokens_per_s": round(split, 1), "single_host_tokens_per_s": round(single, 1),
+            "split_over_single": round(split / single, 3)}
+
+
+# --- 4. reload after idle sleep, with and without the tensor cache ---
+
+def reload_after_sleep(inventory: Path, cluster, runs: int = 2) -> dict:
+    local = ROOT / ".cache" / "bench-big.gguf"
+    if not local.exists():
+        write_model(local, BIG_SHAPE)
+    if on("coordinator", f"test -s {BIG_MODEL} && echo yes", check=False) != "yes":
+        sh("docker", "cp", str(local), f"{lab.PREFIX}-coordinator:{BIG_MODEL}")
+    figures = {"model_bytes": local.stat().st_size}
+    for cache in (True, False):
+        on("worker1", "rm -rf /var/cache/llama-rpc/rpc")  # each case starts from an empty tensor cache
+        deploy(inventory, f"llama_model_path={BIG_MODEL}", "llama_sleep_idle_seconds=3", f"rpc_cache={cache}")
+        client.complete(cluster, "first load fills the cache", 2, timeout=600)
+        times = []
+        for _ in range(runs):
+            deadline = time.monotonic() + 120
+            while not sleeping(cluster) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            times.append(time_to_first_token(cluster))
+        figures[f"first_token_after_sleep_{'with' if cache else 'without'}_cache_s"] = round(statistics.median(times), 2)
+    figures["with_over_without"] = round(figures["first_token_after_sleep_with_cache_s"]
+                                         / figures["first_token_after_sleep_without_cache_s"], 3)
+    deploy(inventory)  # back to the lab's settings
+    return figures
+
+
+# --- 5. f16 against q8_0 KV cache at a long context ---
+
+def kv_cache_types(inventory: Path, cluster, runs: int = 3) -> dict:
+    long_prompt = PROMPT * 66  # about 3000 tokens with the test model's byte-level vocabulary
+    figures = {}
+    for kind in ("f16", "q8_0"):
+        deploy(inventory, "llama_ctx_size=4096", "llama_parallel=1", "llama_flash_attn=on",
+               f"llama_cache_type_k={kind}", f"llama_cache_type_v={kind}")
+        client.complete(cluster, "warm up", 4)
+        timings = [client.complete(cluster, long_prompt, 32, timeout=900)["timings"] for _ in range(runs)]
+        figures[f"{kind}_prompt_tokens"] = timings[0]["prompt_n"]
+        figures[f"{kind}_prompt_tokens_per_s"] = round(statistics.median(t["prompt_per_second"] for t in timings), 1)
+        figures[f"{kind}_generation_tokens_per_s"] = round(statistics.median(t["predicted_per_second"] for t in timings), 2)
+    figures["q8_0_over_f16_generation"] = round(figures["q8_0_generation_tokens_per_s"] / figures["f16_generation_tokens_per_s"], 3)
+    figures["q8_0_over_f16_prompt"] = round(figures["q8_0_prompt_tokens_per_s"] / figures["f16_prompt_tokens_per_s"], 3)
+    deploy(inventory)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-redeploy", action="store_true", help="skip benchmark 1 (it rebuilds the lab from scratch)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    args = parser.parse_args()
+
+    results = {}
+    if not args.skip_redeploy:
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "redeploy.py"), "--workers", "1",
+                        "--out", str(args.out), "--json", str(ROOT / ".cache" / "redeploy.json")], check=True)
+        results["1_noop_redeploy"] = json.loads((ROOT / ".cache" / "redeploy.json").read_text())
+    inventory = lab.up(workers=1)
+    deploy(inventory)
+    cluster = offline_cluster(inventory)
+    image = from_cluster(cluster, with_key=False).image
+    names = lab.host_names(1)
+    limit_links(names)
+    try:
+        results["2_image_distribution"] = image_distribution(inventory, image, lab.ip_of(1))
+        deploy(inventory)
+        lab.pin()
+        try:
+            results["3_split_vs_single_host"] = split_vs_single(cluster, image)
+            results["4_reload_after_sleep"] = reload_after_sleep(inventory, cluster)
+            results["5_kv_cache_f16_vs_q8_0"] = kv_cache_types(inventory, cluster)
+        finally:
+            lab.pin(unpin=True)
+    finally:
+        limit_links(names, on_=False)
+    print(json.dumps(results, indent=2))
+    write_markdown(args.out, results)
+
+
+def write_markdown(path: Path, results: dict) -> None:
+    sections = []
+    for name, figures in results.items():
+        rows = "\n".join(f"| `{k}` | {v} |" for k, v in figures.items())
+        sections.append(f"### {name}\n\n| figure | value |\n| --- | --- |\n{rows}\n")
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    marker = "<!-- suite:begin -->"
+    head = text.split(marker)[0].rstrip() + "\n\n"
+    path.write_text(head + marker + "\n## The suite (`python3 benchmarks/suite.py`)\n\n"
+                    + "Measured in one run on this 2-core, no-GPU machine: the lab, one worker, links limited to "
+                    + f"{LINK}/s with tc tbf where it matters, each lab host pinned to its own core for 3-5.\n\n"
+                    + "\n".join(sections))
+
+
+if __name__ == "__main__":
+    main()

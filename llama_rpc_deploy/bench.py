@@ -1,0 +1,149 @@
+"""`bench`: a deployed cluster's tokens/s for one and for N parallel streams, against the planner's ceiling.
+
+    python -m llama_rpc_deploy bench -i inventory.py [--streams 1,2,4] [--json OUT.json] [--png OUT.png]
+
+Measured through llama-server's own timings (prompt processing and generation tokens/s per request)
+and the wall clock (all streams together). The ceiling is the capacity planner's bandwidth bound for
+one stream (every weight read once per token); parallel streams share those reads, so together they
+may pass it. With llama_sleep_idle_seconds set, it also waits for the server to fall asleep and
+measures the time to the first token of the request that wakes it.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from . import client
+from .capacity import plan_cluster, read_model, read_remote_model
+from .deployment import write_ssh_config
+from .facts import GgufHeader
+from .load import run_load
+from .plan import Cluster
+
+PROMPT = "The quick brown fox jumps over the lazy dog. "
+
+
+def model_header(cluster: Cluster, inventory: Path, local: Path | None):
+    """The model's GGUF header: from a local copy, or read on the coordinator over SSH (as the deploy does)."""
+    if local:
+        return read_model(local)
+    fact, path = GgufHeader(), cluster.settings["llama_model_path"]
+    with tempfile.TemporaryDirectory() as tmp:
+        config = write_ssh_config(inventory, Path(tmp))
+
+        def fetch(limit):
+            out = subprocess.run(["ssh", "-F", str(config), cluster.coordinator.name, fact.command(path, limit)],
+                                 capture_output=True, text=True, check=True, timeout=120).stdout
+            return fact.process(out.splitlines())
+
+        return read_remote_model(fetch)
+
+
+def time_to_first_token(cluster: Cluster, prompt: str = "Wake up:", timeout: float = 600) -> float:
+    """Seconds from sending a streamed completion to its first token."""
+    body = json.dumps({"prompt": prompt, "n_predict": 8, "stream": True, "cache_prompt": False}).encode()
+    request = urllib.request.Request(client.server_url(cluster) + "/completion", data=body,
+                                     headers=client.headers(cluster))
+    start = time.monotonic()
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        for line in response:
+            if line.startswith(b"data: "):
+                return time.monotonic() - start
+    raise RuntimeError("the stream ended without a token")
+
+
+def sleeping(cluster: Cluster) -> bool:
+    request = urllib.request.Request(client.server_url(cluster) + "/props", headers=client.headers(cluster))
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return bool(json.load(response).get("is_sleeping"))
+
+
+def measure(cluster: Cluster, streams=(1, 2, 4), n_predict: int = 64, prompt_repeats: int = 24,
+            runs: int = 3, sleep_wait: float = 300, ceiling: float | None = None) -> dict:
+    client.complete(cluster, "warm up", 4)
+    long_prompt = PROMPT * prompt_repeats
+    pp = [client.complete(cluster, long_prompt, 1)["timings"] for _ in range(runs)]
+    single = [client.complete(cluster, "Once upon a time", n_predict)["timings"] for _ in range(runs)]
+    parallel = []
+    for n in streams:
+        load = run_load(cluster, clients=n, requests_each=2, n_predict=n_predict, timeout=600)
+        ok = [r for r in load.requests if r.ok]
+        parallel.append({"streams": n, "requests": len(load.requests), "failed": len(load.failed),
+                         "total_tokens_per_s": round(load.tokens_per_second, 2),
+                         "per_stream_tokens_per_s": round(statistics.mean(r.tokens_per_second for r in ok), 2) if ok else 0.0})
+    result = {
+        "prompt_tokens": pp[0]["prompt_n"],
+        "prompt_tokens_per_s": round(statistics.median(t["prompt_per_second"] for t in pp), 2),
+        "generation_tokens": n_predict,
+        "generation_tokens_per_s": round(statistics.median(t["predicted_per_second"] for t in single), 2),
+        "parallel": parallel,
+        "ceiling_tokens_per_s": round(ceiling, 2) if ceiling else None,
+        "single_over_ceiling": round(statistics.median(t["predicted_per_second"] for t in single) / ceiling, 3) if ceiling else None,
+        "first_token_after_sleep_s": None,
+    }
+    idle = cluster.settings["llama_sleep_idle_seconds"]
+    if idle:
+        deadline = time.monotonic() + min(sleep_wait, idle + 120)
+        while not sleeping(cluster) and time.monotonic() < deadline:
+            time.sleep(1)
+        if sleeping(cluster):
+            result["first_token_after_sleep_s"] = round(time_to_first_token(cluster), 2)
+        else:
+            result["first_token_after_sleep_note"] = f"not asleep within {min(sleep_wait, idle + 120):.0f} s"
+    else:
+        result["first_token_after_sleep_note"] = "llama_sleep_idle_seconds is None: the server never sleeps"
+    return result
+
+
+def table(result: dict) -> str:
+    lines = [f"prompt processing   {result['prompt_tokens_per_s']:>9.1f} tokens/s  ({result['prompt_tokens']} tokens)",
+             f"generation, 1 stream {result['generation_tokens_per_s']:>8.1f} tokens/s  ({result['generation_tokens']} tokens)"]
+    if result["ceiling_tokens_per_s"]:
+        lines.append(f"planner's ceiling   {result['ceiling_tokens_per_s']:>9.1f} tokens/s  "
+                     f"(one stream at {result['single_over_ceiling']:.2f}x of it)")
+    lines.append("streams   total tokens/s   per stream   failed")
+    for p in result["parallel"]:
+        lines.append(f"{p['streams']:>7}   {p['total_tokens_per_s']:>14.1f}   {p['per_stream_tokens_per_s']:>10.1f}   {p['failed']:>6}")
+    ttft = result["first_token_after_sleep_s"]
+    lines.append(f"first token after idle sleep: {f'{ttft} s' if ttft is not None else result.get('first_token_after_sleep_note')}")
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path, title: str = "llama-rpc-deploy bench") -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    streams = [p["streams"] for p in result["parallel"]]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+    ax.plot(streams, [p["total_tokens_per_s"] for p in result["parallel"]], "o-", label="all streams together")
+    ax.plot(streams, [p["per_stream_tokens_per_s"] for p in result["parallel"]], "s--", label="per stream")
+    if result["ceiling_tokens_per_s"]:
+        ax.axhline(result["ceiling_tokens_per_s"], color="red", linestyle=":",
+                   label=f"bandwidth ceiling, one stream ({result['ceiling_tokens_per_s']:.0f})")
+    ax.set_xlabel("parallel streams")
+    ax.set_ylabel("generated tokens/s")
+    ax.set_xticks(streams)
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def run(inventory: Path, cluster: Cluster, streams, model: Path | None, json_out: Path | None,
+        png_out: Path | None, sleep_wait: float = 300) -> dict:
+    plan = plan_cluster(cluster, model_header(cluster, inventory, model))
+    result = measure(cluster, streams=streams, ceiling=plan.tokens_per_s or None, sleep_wait=sleep_wait)
+    if json_out:
+        json_out.write_text(json.dumps(result, indent=2) + "\n")
+    if png_out:
+        plot(result, png_out)
+    return result

@@ -1,0 +1,31 @@
+"""`bench` against the deployed lab: a table, JSON and a PNG, with the planner's ceiling."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from llama_rpc_deploy import lab
+from llama_rpc_deploy.deployment import PROJECT
+
+from . import INVENTORY, WORKERS, needs_docker, operations, pyinfra
+
+pytestmark = needs_docker
+
+
+def test_bench_writes_table_json_and_png(tmp_path):
+    lab.up(workers=WORKERS)
+    operations(pyinfra("--json"))
+    out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
+    result = subprocess.run([sys.executable, "-m", "llama_rpc_deploy", "bench", "-i", str(INVENTORY), "--streams", "1,2",
+                             "--json", str(out_json), "--png", str(out_png)], cwd=PROJECT, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(out_json.read_text())
+    assert figures["generation_tokens_per_s"] > 0 and figures["prompt_tokens_per_s"] > 0
+    assert [p["streams"] for p in figures["parallel"]] == [1, 2]
+    assert all(p["failed"] == 0 and p["total_tokens_per_s"] > 0 for p in figures["parallel"])
+    assert figures["ceiling_tokens_per_s"] > 0  # the planner, on the header read from the coordinator over SSH
+    assert figures["first_token_after_sleep_s"] is None and "never sleeps" in figures["first_token_after_sleep_note"]
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "planner's ceiling" in result.stdout and "streams   total tokens/s" in result.stdout
