@@ -185,13 +185,21 @@ def install_worker():
         systemd.service(name="Firewall: RPC port from the coordinator only", service=render.FIREWALL_UNIT,
                         running=True, enabled=True, reloaded=rule[0].will_change, daemon_reload=rule_unit)
     changed, unit = put_all(render.worker_files(dep.cluster, ME, dep.image))
-    deployment.RPC_SERVICE_OPS[host.name] = systemd.service(
-        name="rpc-server running and enabled", service=render.WORKER_UNIT, running=True, enabled=True,
-        restarted=any(op.will_change for op in changed), daemon_reload=unit, _ignore_errors=True)
+    deployment.RPC_SERVICE_OPS[host.name] = service("rpc-server running and enabled", render.WORKER_UNIT,
+                                                    changed, unit, _ignore_errors=True)
     watchdog, watchdog_unit = put_all(render.worker_watchdog_files(ME))
-    systemd.service(name="Watchdog: restart rpc-server when it holds a dead client", service=render.WORKER_WATCHDOG_UNIT,
-                    running=True, enabled=True, restarted=any(op.will_change for op in watchdog),
-                    daemon_reload=watchdog_unit)
+    service("Watchdog: restart rpc-server when it holds a dead client", render.WORKER_WATCHDOG_UNIT,
+            watchdog, watchdog_unit)
+
+
+def service(name, unit, files_ops, unit_changed, **arguments):
+    """The unit running and enabled, restarted when its files change: a plain `systemctl restart`, not
+    pyinfra's start-when-stopped, so that a unit still starting on its old files (llama-server's wait for
+    its workers) starts over on the new ones."""
+    if any(op.will_change for op in files_ops):
+        return server.shell(name=name, commands=[f"systemctl daemon-reload && systemctl enable --quiet {unit} && "
+                                                 f"systemctl restart {unit}"], **arguments)
+    return systemd.service(name=name, service=unit, running=True, enabled=True, daemon_reload=unit_changed, **arguments)
 
 
 @deploy("llama-server on the coordinator")
@@ -204,29 +212,26 @@ def install_coordinator():
             name=f"API key as {render.API_KEY_PATH} (mode 400, owner {SERVICE_USER}, content never shown)",
             src=os.path.expanduser(s["llama_api_key_file"]), dest=render.API_KEY_PATH,
             user=SERVICE_USER, group=SERVICE_USER))
-    service = systemd.service(name="llama-server running and enabled", service=render.COORDINATOR_UNIT,
-                              running=True, enabled=True, restarted=any(op.will_change for op in changed),
-                              daemon_reload=unit, _ignore_errors=True)  # the health check below decides
+    started = service("llama-server running and enabled", render.COORDINATOR_UNIT, changed, unit,
+                      _ignore_errors=True)  # the health check below decides
     # llama-server drops a worker whose rpc-server restarts (it aborts on the next request), so it
     # restarts too whenever this run (re)started any worker. Decided when the operation runs.
-    after_workers = systemd.service(
-        name="Restart llama-server after its workers restarted", service=render.COORDINATOR_UNIT,
-        running=True, restarted=True, _ignore_errors=True,
-        _if=lambda: not service.did_change() and any(op.did_change() for op in deployment.RPC_SERVICE_OPS.values()))
+    after_workers = server.shell(
+        name="Restart llama-server after its workers restarted", commands=[f"systemctl restart {render.COORDINATOR_UNIT}"],
+        _ignore_errors=True,
+        _if=lambda: not started.did_change() and any(op.did_change() for op in deployment.RPC_SERVICE_OPS.values()))
 
     def not_healthy_now():
         """Checked when the operation runs: after a restart, or whenever /health is not ok (a worker
         restarted, say). A healthy server that nothing touched is left alone: no change."""
-        return service.did_change() or after_workers.did_change() or not host.run_shell_command(HEALTH_PROBE)[0]
+        return started.did_change() or after_workers.did_change() or not host.run_shell_command(HEALTH_PROBE)[0]
 
     # a failure here is not the end: roll_back() below puts the previous version back on every host
     deployment.HEALTH["check"] = server.shell(
         name=f"Wait for {HEALTH_URL} (at most {s['llama_health_timeout']} s)",
         commands=[wait_for_health()], _if=not_healthy_now, _ignore_errors=True)
     watchdog, watchdog_unit = put_all(render.watchdog_files(dep.cluster))
-    systemd.service(name="Watchdog: restart llama-server when it loses a worker", service=render.WATCHDOG_UNIT,
-                    running=True, enabled=True, restarted=any(op.will_change for op in watchdog),
-                    daemon_reload=watchdog_unit)
+    service("Watchdog: restart llama-server when it loses a worker", render.WATCHDOG_UNIT, watchdog, watchdog_unit)
 
 
 def wait_for_health():
