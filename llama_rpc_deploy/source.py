@@ -60,8 +60,11 @@ def _tree_files(tree: Path) -> list[Path]:
     return files
 
 
+PACK_FORMAT = "2"  # bump when pack_tree's output changes, so packs cached by an older version are made again
+
+
 def _tree_key(tree: Path, files: list[Path]) -> str:
-    digest = hashlib.sha256(str(tree.resolve()).encode())
+    digest = hashlib.sha256(f"{PACK_FORMAT}\0{tree.resolve()}".encode())
     for path in files:
         st = path.lstat()
         digest.update(f"{path.relative_to(tree)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
