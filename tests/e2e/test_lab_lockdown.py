@@ -16,6 +16,7 @@ import pytest
 
 from llama_rpc_deploy import client, lab
 from llama_rpc_deploy.deployment import offline_cluster
+from llama_rpc_deploy.load import until_serving
 from llama_rpc_deploy.plan import api_key
 from llama_rpc_deploy.render import FIREWALL_CHAIN
 
@@ -48,18 +49,14 @@ def http(run, cluster, path: str, key: str | None = None) -> str:
                f"-d '{{\"prompt\": \"hi\", \"n_predict\": 2}}' {client.server_url(cluster)}{path}").stdout
 
 
-def worker_ip(index: int) -> str:
-    return lab.ip_of(index)
-
-
 def test_outsider_cannot_open_the_rpc_port_but_the_coordinator_can(cluster):
     port = cluster.workers[0].settings["rpc_port"]
     for index in range(1, WORKERS + 1):
-        assert opens(outsider, worker_ip(index), 22)  # the network reaches the worker ...
-        assert not opens(outsider, worker_ip(index), port)  # ... the firewall stops the RPC port
+        assert opens(outsider, lab.ip_of(index), 22)  # the network reaches the worker ...
+        assert not opens(outsider, lab.ip_of(index), port)  # ... the firewall stops the RPC port
         # the coordinator is let in: llama-server holds its connection (a second one would wait behind it,
         # and the worker's watchdog takes a waiting connection for a sign that the served one is dead)
-        assert on(0, f"ss -Htn state established dst {worker_ip(index)}:{port}").stdout.strip()
+        assert on(0, f"ss -Htn state established dst {lab.ip_of(index)}:{port}").stdout.strip()
 
 
 def test_outsider_needs_the_api_key(cluster):
@@ -82,20 +79,8 @@ def test_worker_reboot_keeps_the_rule_once_and_the_cluster_serves_again(cluster)
     while on(1, "systemctl is-active rpc-server").stdout.strip() != "active" and time.monotonic() < deadline:
         time.sleep(1)
     assert len(rules(1)) == 1
-    assert not opens(outsider, worker_ip(1), cluster.workers[0].settings["rpc_port"])
-    assert wait_for_completion(cluster, 180) is not None
-
-
-def wait_for_completion(cluster, seconds: float):
-    """Seconds until llama-server answers a completion again, or None."""
-    start = time.monotonic()
-    while time.monotonic() - start < seconds:
-        try:
-            client.complete(cluster, "back?", 2, timeout=30)
-            return time.monotonic() - start
-        except Exception:
-            time.sleep(2)
-    return None
+    assert not opens(outsider, lab.ip_of(1), cluster.workers[0].settings["rpc_port"])
+    assert until_serving(cluster, 180, expect_down=False).seconds is not None
 
 
 def test_a_new_key_replaces_the_old_one_and_is_never_printed(cluster):
