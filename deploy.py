@@ -112,10 +112,9 @@ def put(path, content, mode="644"):
     return files.put(name=f"Install {path}", src=StringIO(content), dest=path, mode=mode)
 
 
-def put_all(rendered: dict[str, str]) -> tuple[list, bool]:
-    """put() each file; returns the operations and whether a systemd unit among them will change."""
-    ops = [put(path, content, mode="755" if path.endswith(".sh") else "644") for path, content in rendered.items()]
-    return ops, any(op.will_change for path, op in zip(rendered, ops) if path.endswith(".service"))
+def put_all(rendered: dict[str, str]) -> list:
+    """put() each file (scripts executable); returns the operations."""
+    return [put(path, content, mode="755" if path.endswith(".sh") else "644") for path, content in rendered.items()]
 
 
 @deploy("The unprivileged user the containers run as")
@@ -180,39 +179,41 @@ def distribute_image():
 
 @deploy("rpc-server on the worker")
 def install_worker():
-    rule, rule_unit = put_all(render.firewall_files(dep.cluster, ME))
-    if rule:  # before rpc-server (re)starts; a reload re-applies the rule without restarting rpc-server
+    firewall = render.firewall_files(dep.cluster, ME)
+    if firewall:  # before rpc-server (re)starts; a reload re-applies the rule without restarting rpc-server
+        will_change = {path: op.will_change for path, op in zip(firewall, put_all(firewall))}
         systemd.service(name="Firewall: RPC port from the coordinator only", service=render.FIREWALL_UNIT,
-                        running=True, enabled=True, reloaded=rule[0].will_change, daemon_reload=rule_unit)
-    changed, unit = put_all(render.worker_files(dep.cluster, ME, dep.image))
+                        running=True, enabled=True,
+                        reloaded=any(c for path, c in will_change.items() if path.endswith(".sh")),
+                        daemon_reload=any(c for path, c in will_change.items() if path.endswith(".service")))
+    changed = put_all(render.worker_files(dep.cluster, ME, dep.image))
     deployment.RPC_SERVICE_OPS[host.name] = service("rpc-server running and enabled", render.WORKER_UNIT,
-                                                    changed, unit, _ignore_errors=True)
-    watchdog, watchdog_unit = put_all(render.worker_watchdog_files(ME))
+                                                    changed, _ignore_errors=True)
     service("Watchdog: restart rpc-server when it holds a dead client", render.WORKER_WATCHDOG_UNIT,
-            watchdog, watchdog_unit)
+            put_all(render.worker_watchdog_files(ME)))
 
 
-def service(name, unit, files_ops, unit_changed, **arguments):
-    """The unit running and enabled, restarted when its files change: a plain `systemctl restart`, not
-    pyinfra's start-when-stopped, so that a unit still starting on its old files (llama-server's wait for
-    its workers) starts over on the new ones."""
+def service(name, unit, files_ops, **arguments):
+    """The unit running and enabled, restarted (after a daemon-reload) when its files change: a plain
+    `systemctl restart`, not pyinfra's start-when-stopped, so that a unit still starting on its old files
+    (llama-server's wait for its workers) starts over on the new ones."""
     if any(op.will_change for op in files_ops):
         return server.shell(name=name, commands=[f"systemctl daemon-reload && systemctl enable --quiet {unit} && "
                                                  f"systemctl restart {unit}"], **arguments)
-    return systemd.service(name=name, service=unit, running=True, enabled=True, daemon_reload=unit_changed, **arguments)
+    return systemd.service(name=name, service=unit, running=True, enabled=True, **arguments)
 
 
 @deploy("llama-server on the coordinator")
 def install_coordinator():
     s = ME.settings
-    changed, unit = put_all(render.coordinator_files(dep.cluster, dep.image))
+    changed = put_all(render.coordinator_files(dep.cluster, dep.image))
     if s["llama_api_key_file"]:
         # /etc/llama-rpc (mode 700) was made by distribute_image; no .previous copy of a secret
         changed.insert(0, operations.secret_file(
             name=f"API key as {render.API_KEY_PATH} (mode 400, owner {SERVICE_USER}, content never shown)",
             src=os.path.expanduser(s["llama_api_key_file"]), dest=render.API_KEY_PATH,
             user=SERVICE_USER, group=SERVICE_USER))
-    started = service("llama-server running and enabled", render.COORDINATOR_UNIT, changed, unit,
+    started = service("llama-server running and enabled", render.COORDINATOR_UNIT, changed,
                       _ignore_errors=True)  # the health check below decides
     # llama-server drops a worker whose rpc-server restarts (it aborts on the next request), so it
     # restarts too whenever this run (re)started any worker. Decided when the operation runs.
@@ -230,8 +231,8 @@ def install_coordinator():
     deployment.HEALTH["check"] = server.shell(
         name=f"Wait for {HEALTH_URL} (at most {s['llama_health_timeout']} s)",
         commands=[wait_for_health()], _if=not_healthy_now, _ignore_errors=True)
-    watchdog, watchdog_unit = put_all(render.watchdog_files(dep.cluster))
-    service("Watchdog: restart llama-server when it loses a worker", render.WATCHDOG_UNIT, watchdog, watchdog_unit)
+    service("Watchdog: restart llama-server when it loses a worker", render.WATCHDOG_UNIT,
+            put_all(render.watchdog_files(dep.cluster)))
 
 
 def wait_for_health():

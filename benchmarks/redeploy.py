@@ -38,13 +38,8 @@ def deploy(inventory: Path) -> tuple[float, dict]:
     return elapsed, json.loads(result.stdout)["results"]
 
 
-def on_coordinator(command: str) -> str:
-    return subprocess.run(["docker", "exec", f"{lab.PREFIX}-coordinator", "sh", "-c", command],
-                          capture_output=True, text=True, check=True).stdout.strip()
-
-
 def tx_bytes() -> int:
-    return int(on_coordinator("cat /sys/class/net/eth0/statistics/tx_bytes"))
+    return int(lab.run_on("coordinator", "cat /sys/class/net/eth0/statistics/tx_bytes"))
 
 
 def main() -> None:
@@ -64,8 +59,8 @@ def main() -> None:
     sent_during_noop = tx_bytes() - sent_before
     sends = [op for op in noop["operations"] if " | Send " in op["name"] and (op["success"] or op["error"])]
 
-    size = int(on_coordinator(f"docker image inspect --format '{{{{.Size}}}}' {image}"))
-    wire = int(on_coordinator(f"docker save {image} | zstd -T0 -3 -c | wc -c"))
+    size = int(lab.run_on("coordinator", f"docker image inspect --format '{{{{.Size}}}}' {image}"))
+    wire = int(lab.run_on("coordinator", f"docker save {image} | zstd -T0 -3 -c | wc -c"))
 
     lab.pin()
     try:

@@ -42,11 +42,7 @@ def sh(*args: str, check: bool = True, **kw) -> str:
     return subprocess.run(list(args), capture_output=True, text=True, check=check, **kw).stdout.strip()
 
 
-def on(name: str, command: str, check: bool = True) -> str:
-    result = subprocess.run(["docker", "exec", f"{lab.PREFIX}-{name}", "bash", "-c", command], capture_output=True, text=True)
-    if check and result.returncode != 0:
-        raise RuntimeError(f"{name}: {command}: {result.stderr[-2000:]}")
-    return result.stdout.strip()
+on = lab.run_on
 
 
 def timed(fn) -> float:

@@ -58,9 +58,7 @@ def time_to_first_token(cluster: Cluster, prompt: str = "Wake up:", timeout: flo
 
 
 def sleeping(cluster: Cluster) -> bool:
-    request = urllib.request.Request(client.server_url(cluster) + "/props", headers=client.headers(cluster))
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return bool(json.load(response).get("is_sleeping"))
+    return bool(client.get(cluster, "/props").get("is_sleeping"))
 
 
 def measure(cluster: Cluster, streams=(1, 2, 4), n_predict: int = 64, prompt_repeats: int = 24,
@@ -76,14 +74,15 @@ def measure(cluster: Cluster, streams=(1, 2, 4), n_predict: int = 64, prompt_rep
         parallel.append({"streams": n, "requests": len(load.requests), "failed": len(load.failed),
                          "total_tokens_per_s": round(load.tokens_per_second, 2),
                          "per_stream_tokens_per_s": round(statistics.mean(r.tokens_per_second for r in ok), 2) if ok else 0.0})
+    generation = statistics.median(t["predicted_per_second"] for t in single)
     result = {
         "prompt_tokens": pp[0]["prompt_n"],
         "prompt_tokens_per_s": round(statistics.median(t["prompt_per_second"] for t in pp), 2),
         "generation_tokens": n_predict,
-        "generation_tokens_per_s": round(statistics.median(t["predicted_per_second"] for t in single), 2),
+        "generation_tokens_per_s": round(generation, 2),
         "parallel": parallel,
         "ceiling_tokens_per_s": round(ceiling, 2) if ceiling else None,
-        "single_over_ceiling": round(statistics.median(t["predicted_per_second"] for t in single) / ceiling, 3) if ceiling else None,
+        "single_over_ceiling": round(generation / ceiling, 3) if ceiling else None,
         "first_token_after_sleep_s": None,
     }
     idle = cluster.settings["llama_sleep_idle_seconds"]

@@ -31,6 +31,13 @@ def post(cluster: Cluster, path: str, body: dict, timeout: float = 300, with_key
         return json.load(response)
 
 
+def get(cluster: Cluster, path: str, timeout: float = 10) -> dict:
+    """GET, return the JSON reply (with the API key, when one is set)."""
+    request = urllib.request.Request(server_url(cluster) + path, headers=headers(cluster))
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.load(response)
+
+
 def complete(cluster: Cluster, prompt: str, n_predict: int, timeout: float = 300, **options) -> dict:
     return post(cluster, "/completion", {"prompt": prompt, "n_predict": n_predict, "cache_prompt": False, **options},
                 timeout=timeout)

@@ -62,6 +62,11 @@ def docker(*args: str, check: bool = True, capture: bool = True, input: bytes | 
     return result.stdout.decode(errors="replace").strip() if capture else ""
 
 
+def run_on(name: str, command: str, check: bool = True) -> str:
+    """A shell command on a lab host (as root, through docker exec): its stdout. RuntimeError on failure if check."""
+    return docker("exec", f"{PREFIX}-{name}", "bash", "-c", command, check=check)
+
+
 def exists(kind: str, name: str) -> bool:
     return subprocess.run(["docker", kind, "inspect", name], capture_output=True).returncode == 0
 
