@@ -1,3 +1,2 @@
-# The coordinator runs llama-server: the API, the model file and the last layers (with the output layer).
-# Its own GPUs are listed in inventory.py next to it (gpus = [...]).
-llama_extra_args = []            # e.g. ["--metrics"]; MTP / speculative decoding measured slower over RPC
+# Settings live in group_data/coordinator.yml; this loader hands them to pyinfra (it reads only .py files).
+from llama_rpc_deploy.userdata import group_vars; globals().update(group_vars(__file__))

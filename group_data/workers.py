@@ -1,3 +1,2 @@
-# Workers run rpc-server 24/7 and serve their GPUs to the coordinator.
-rpc_cache = True                 # keep tensors on disk (rpc_cache_dir): faster model reloads
-rpc_extra_args = []
+# Settings live in group_data/workers.yml; this loader hands them to pyinfra (it reads only .py files).
+from llama_rpc_deploy.userdata import group_vars; globals().update(group_vars(__file__))

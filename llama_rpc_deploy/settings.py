@@ -1,12 +1,12 @@
 """Every setting a user may put in group_data/ or in inventory.py, with its default and its check.
 
-This table is the one place where a setting is defined. group_data/all.py sets
-the values most people change; everything it leaves out takes the default here.
+This table is the one place where a setting is defined and the only place a default lives.
+group_data/*.yml set what a user must set; everything they leave out takes the default here.
 `python -m llama_rpc_deploy settings` prints the table that README.md shows.
 
-Values are looked up the way pyinfra layers them (highest first): --data on the
-command line, the host's data in the inventory, group_data/<group>.py, then
-group_data/all.py. Errors name the place a bad value came from.
+Values are looked up the way pyinfra layers them (highest first, `layers()`): --data on the
+command line, the host's data in the inventory, group_data/<group>, then group_data/all.
+Errors name the place a bad value came from (file:line:column for YAML).
 """
 from __future__ import annotations
 
@@ -72,6 +72,12 @@ class Setting:
     check: Check
     doc: str
     section: str
+
+    @property
+    def read_from(self) -> str:
+        """Whose value counts: 'coordinator' for the cluster-wide settings (image, model, llama-server),
+        'workers' for rpc-server's, 'each host' for the rest."""
+        return {"image": "coordinator", "server": "coordinator", "rpc": "workers"}.get(self.section, "each host")
 
 
 S = Setting
@@ -148,7 +154,7 @@ SETTINGS: tuple[Setting, ...] = (
     S("deploy_dir", "/opt/llama-rpc", ABS_PATH, "Launch scripts on every host.", "paths"),
     S("state_dir", "/var/lib/llama-rpc", ABS_PATH, "Build context and source tarball on the coordinator.", "paths"),
     S("transfer_ssh_port", None, _optional(PORT),
-      "Port the coordinator uses to SSH into a worker to send the image. None: the inventory's ssh_port, or 22.", "paths"),
+      "Port the coordinator uses to SSH into a worker to send the image. None: the inventory's ssh_port, or 22.", "rpc"),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 DEFAULTS = {s.name: s.default for s in SETTINGS}
@@ -159,17 +165,35 @@ FOREIGN_PREFIXES = ("ssh_", "_", "docker_", "local_")
 
 @dataclass(frozen=True)
 class Layer:
-    source: str  # e.g. "group_data/all.py", "inventory.py (host 10.0.0.2)"
+    source: str  # e.g. "group_data/all.yml", "inventory.py (host 10.0.0.2)"
     data: dict
+    applies_to: str = "every host"  # or "coordinator" / "workers": a layer only that role reads
+
+    def origin(self, key: str) -> str:
+        """Where this layer's value of key was written: file:line:column for YAML group_data."""
+        return self.data.get("_origins", {}).get(key, self.source)
+
+
+def layers(name: str, role: str, *, overrides: dict, host_data: dict, groups: list[tuple[str, dict]],
+           all_data: dict, inventory_file: str) -> list[Layer]:
+    """pyinfra's data layers for one host, highest first: --data, the host's own data in the inventory,
+    its groups (the later a group in pyinfra's order, the higher), group_data/all. The one place where
+    precedence is written: the deploy, the offline commands and the tests all build their layers here."""
+    mine = {"coordinator": "coordinator", "worker": "workers"}.get(role, "every host")
+    out = [Layer("--data on the command line", dict(overrides)),
+           Layer(f"{inventory_file} (host {name})", dict(host_data), mine)]
+    out += [Layer(f"group_data/{group}.py", dict(data), mine) for group, data in reversed(groups) if group != "all"]
+    return out + [Layer("group_data/all.py", dict(all_data))]
 
 
 def resolve(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, str]]:
     """Merge layers (highest first) over the defaults and check every value.
 
-    Returns (values, sources). Raises SettingsError for an unknown key or a bad value.
+    Returns (values, origins). Raises SettingsError for an unknown key, a bad value, or a setting in a
+    layer that only a role which never reads it sees (llama_ctx_size on a worker does nothing).
     """
     values = dict(DEFAULTS)
-    sources = {name: "default" for name in DEFAULTS}
+    origins = {name: "default" for name in DEFAULTS}
     for layer in reversed(layers):
         for key, value in layer.data.items():
             if key.startswith(FOREIGN_PREFIXES):
@@ -177,15 +201,22 @@ def resolve(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, str]]:
             if key not in BY_NAME:
                 near = difflib.get_close_matches(key, BY_NAME, n=1)
                 hint = f" (did you mean {near[0]!r}?)" if near else ""
-                raise SettingsError(f"{layer.source}: unknown setting {key!r}{hint}")
+                raise SettingsError(f"{layer.origin(key)}: unknown setting {key!r}{hint}")
+            read_from = BY_NAME[key].read_from
+            if layer.applies_to != "every host" and read_from != "each host" and read_from != layer.applies_to:
+                raise SettingsError(
+                    f"{layer.origin(key)}: {key} = {value!r} has no effect there: "
+                    f"only {'the coordinator reads' if read_from == 'coordinator' else 'the workers read'} it, "
+                    f"and this applies to the {layer.applies_to} only: expected it in group_data/all.yml, "
+                    f"group_data/{read_from}.yml or next to a host of the {read_from}")
             values[key] = value
-            sources[key] = layer.source
+            origins[key] = layer.origin(key)
     for setting in SETTINGS:
         value = values[setting.name]
         if not setting.check.ok(value):
             raise SettingsError(
-                f"{sources[setting.name]}: {setting.name} = {value!r}: expected {setting.check.expected}")
-    return values, sources
+                f"{origins[setting.name]}: {setting.name} = {value!r}: expected {setting.check.expected}")
+    return values, origins
 
 
 def settings_table() -> str:

@@ -1,6 +1,9 @@
+from pathlib import Path
+
 import pytest
 
-from llama_rpc_deploy.settings import DEFAULTS, SETTINGS, Layer, SettingsError, resolve, settings_table
+from llama_rpc_deploy.settings import (DEFAULTS, SETTINGS, Layer, SettingsError, layers, resolve, settings_table,
+                                       with_table)
 
 
 def test_defaults_pass_their_own_checks():
@@ -9,17 +12,36 @@ def test_defaults_pass_their_own_checks():
             assert s.check.ok(s.default), s.name
 
 
-def test_higher_layer_wins_and_source_is_recorded():
-    values, sources = resolve([Layer("inventory.py (host a)", {"llama_port": 9000}),
-                               Layer("group_data/all.py", {"llama_port": 8081, "llama_parallel": 2})])
-    assert values["llama_port"] == 9000 and sources["llama_port"] == "inventory.py (host a)"
-    assert values["llama_parallel"] == 2 and sources["llama_parallel"] == "group_data/all.py"
-    assert values["rpc_port"] == DEFAULTS["rpc_port"] and sources["rpc_port"] == "default"
+def host_layers(role="coordinator", **kwargs):
+    parts = {"overrides": {}, "host_data": {}, "groups": [], "all_data": {}} | kwargs
+    return layers("10.0.0.2", role, inventory_file="inventory.py", **parts)
+
+
+def test_precedence_data_then_host_then_groups_then_all_then_default():
+    """pyinfra's order, highest first; of two groups the later one in pyinfra's list wins."""
+    def winner(**kwargs):
+        values, origins = resolve(host_layers(**kwargs))
+        return values["llama_port"], origins["llama_port"]
+
+    every = dict(overrides={"llama_port": 1001}, host_data={"llama_port": 1002},
+                 groups=[("gpu_boxes", {"llama_port": 1003}), ("coordinator", {"llama_port": 1004})],
+                 all_data={"llama_port": 1005})
+    assert winner(**every) == (1001, "--data on the command line")
+    assert winner(**{**every, "overrides": {}}) == (1002, "inventory.py (host 10.0.0.2)")
+    assert winner(**{**every, "overrides": {}, "host_data": {}}) == (1004, "group_data/coordinator.py")
+    assert winner(all_data={"llama_port": 1005}) == (1005, "group_data/all.py")
+    assert winner() == (DEFAULTS["llama_port"], "default")
+
+
+def test_yaml_origins_name_file_line_and_column():
+    data = {"llama_parallel": 0, "_origins": {"llama_parallel": "group_data/all.yml:7:17"}}
+    with pytest.raises(SettingsError, match=r"^group_data/all.yml:7:17: llama_parallel = 0: expected an integer"):
+        resolve(host_layers(all_data=data))
 
 
 def test_pyinfra_connector_keys_are_not_ours():
     values, _ = resolve([Layer("inventory.py", {"ssh_user": "root", "ssh_port": 2222, "_sudo": True})])
-    assert "ssh_user" not in values
+    assert set(values) == set(DEFAULTS)
 
 
 @pytest.mark.parametrize("key,value,words", [
@@ -44,16 +66,30 @@ def test_unknown_key_suggests_the_nearest():
         resolve([Layer("group_data/workers.py", {"rpc_prot": 50052})])
 
 
-def test_settings_table_lists_every_setting_once():
-    table = settings_table()
-    for s in SETTINGS:
-        assert table.count(f"| `{s.name}` |") == 1
+@pytest.mark.parametrize("role,where,key", [
+    ("worker", "groups", "llama_ctx_size"), ("worker", "host_data", "image_backend"),
+    ("coordinator", "groups", "rpc_cache"), ("coordinator", "host_data", "rpc_port"),
+])
+def test_a_setting_where_it_has_no_effect_is_refused(role, where, key):
+    data = {key: DEFAULTS[key]}
+    parts = {"groups": [("workers" if role == "worker" else "coordinator", data)]} if where == "groups" else {where: data}
+    with pytest.raises(SettingsError, match=rf"{key} = .* has no effect there: only the"):
+        resolve(host_layers(role, **parts))
+
+
+@pytest.mark.parametrize("role", ["coordinator", "worker"])
+def test_every_setting_is_fine_in_all_and_on_the_command_line(role):
+    data = {s.name: s.default for s in SETTINGS}
+    assert resolve(host_layers(role, all_data=data, overrides=data))[0] == DEFAULTS
+
+
+@pytest.mark.parametrize("key", ["gpus", "address", "deploy_dir"])
+def test_host_settings_fit_every_role(key):
+    for role in ("coordinator", "worker"):
+        assert resolve(host_layers(role, host_data={key: DEFAULTS[key]}))[1][key] == "inventory.py (host 10.0.0.2)"
 
 
 def test_readme_shows_the_generated_table():
-    from pathlib import Path
-
-    from llama_rpc_deploy.settings import with_table
-
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert with_table(readme) == readme, "README.md is stale: python3 -m llama_rpc_deploy settings --write-readme"
+    assert settings_table().count("\n| `") == len(SETTINGS)
