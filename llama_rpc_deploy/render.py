@@ -1,19 +1,23 @@
-"""Launch scripts and systemd units, rendered from templates/ with the cluster's settings.
+"""Every file the deploy puts on a host: launch scripts and systemd units rendered from templates/,
+the bash programs of files/ (wait-for-workers, the watchdogs, the firewall) with their small
+environment files.
 
-The deploy uploads exactly these strings, and the unit tests read exactly these
-strings: one rendering path. Rendering is strict (an unknown variable is an
-error), and every value that reaches a shell is quoted.
+The deploy uploads exactly these strings, and the unit tests read exactly these strings: one
+rendering path. Python decides every argument here; a template only substitutes the values it is
+given by name (rendering is strict: an unknown variable is an error). Every value that reaches a
+shell is quoted with shlex.quote, here.
 """
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import shlex
 from pathlib import Path, PurePosixPath
 
 import jinja2
 
-from .plan import SERVICE_USER, Cluster, HostPlan, allowed_sources
+from . import programs
+from .cluster import SERVICE_USER, Cluster, HostPlan
+from .cluster_checks import allowed_clients
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 UNIT_DIR = "/etc/systemd/system"
@@ -27,6 +31,7 @@ WATCHDOG_INTERVAL = 5  # seconds between looks at llama-server's connections to 
 WATCHDOG_RETRANSMISSIONS = 7  # retransmissions of unacknowledged data (about 25 s) that mean a worker is gone
 FIREWALL_CHAIN = "LLAMA-RPC"
 API_KEY_PATH = "/etc/llama-rpc/api_key"  # on the coordinator: owned by SERVICE_USER, mode 0400
+API_KEY_MOUNT = "/run/secrets/llama-api-key"
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -36,23 +41,88 @@ _env = jinja2.Environment(
     keep_trailing_newline=True,
     autoescape=False,
 )
-_env.filters["q"] = lambda value: shlex.quote(str(value))
 
 
 def _render(template: str, **values) -> str:
     return _env.get_template(template).render(**values)
 
 
+def line(*words) -> str:
+    """One line of a command: each word quoted for the shell."""
+    return " ".join(shlex.quote(str(w)) for w in words)
+
+
+def container_options(name: str, gpus: bool, volumes: list[tuple[str, str]], role: str) -> list[str]:
+    """docker run options shared by both roles: host networking, the service user, no capabilities,
+    read-only root; the GPUs and the given volumes."""
+    return [line("--name", name), line("--network", "host"), "--init",
+            f'--user "$(id -u {SERVICE_USER}):$(id -g {SERVICE_USER})"',
+            line("--cap-drop", "ALL"), line("--security-opt", "no-new-privileges"), "--read-only",
+            line("--tmpfs", "/tmp"), *([line("--gpus", "all")] if gpus else []),
+            *[line("--volume", f"{source}:{target}") for source, target in volumes],
+            line("--label", f"io.llama-rpc-deploy.role={role}")]
+
+
+def llama_server_args(cluster: Cluster, model_file: str, api_key: bool) -> list[str]:
+    """llama-server's arguments, one per line, in the order the launch script shows them."""
+    s = cluster.settings
+    split, sleep, threads = s["llama_tensor_split"], s["llama_sleep_idle_seconds"], s["llama_threads"]
+    return [
+        line("--model", f"/models/{model_file}"),
+        line("--host", s["llama_host"] or cluster.coordinator.address),
+        line("--port", s["llama_port"]),
+        *([line("--api-key-file", API_KEY_MOUNT)] if api_key else []),
+        *([line("--metrics")] if s["llama_metrics"] else []),
+        line("--rpc", ",".join(cluster.rpc_endpoints)),
+        line("--device", ",".join(cluster.devices)),
+        line("--n-gpu-layers", s["llama_n_gpu_layers"]),
+        *([line("--tensor-split", ",".join(str(x) for x in split))] if split else []),
+        line("--ctx-size", s["llama_ctx_size"]),
+        line("--parallel", s["llama_parallel"]),
+        line("--cache-type-k", s["llama_cache_type_k"]),
+        line("--cache-type-v", s["llama_cache_type_v"]),
+        line("--flash-attn", s["llama_flash_attn"]),
+        line("--log-verbosity", s["llama_log_verbosity"]),
+        *([line("--sleep-idle-seconds", sleep)] if sleep else []),
+        *([line("--threads", threads)] if threads else []),
+        *[line(arg) for arg in s["llama_extra_args"]],
+    ]
+
+
+def rpc_server_args(worker: HostPlan) -> list[str]:
+    s = worker.settings
+    return [
+        line("--host", s["rpc_host"] or worker.address),
+        line("--port", s["rpc_port"]),
+        *([line("--cache")] if s["rpc_cache"] else []),
+        *([line("--threads", s["rpc_threads"])] if s["rpc_threads"] else []),
+        *[line(arg) for arg in s["rpc_extra_args"]],
+    ]
+
+
+def _program(deploy_dir: str, name: str, env: str) -> dict[str, str]:
+    """A program of files/ and its environment file, side by side (the program reads NAME.env)."""
+    return {f"{deploy_dir}/{name}": programs.text(name),
+            f"{deploy_dir}/{name.removesuffix('.sh')}.env": env}
+
+
 def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, str]:
     """Path on the worker -> content, for one worker."""
     s = worker.settings
-    sources = allowed_sources(cluster, worker) if s["rpc_firewall"] else []
+    firewall = s["rpc_firewall"]
+    guard = (f"rpc-firewall.sh admits only {', '.join(allowed_clients(cluster, worker))}" if firewall
+             else "rpc_firewall is off: firewall the port yourself")
     return {
         f"{s['deploy_dir']}/rpc-server.sh": _render(
-            "rpc-server.sh.j2", worker=worker, s=s, image=image, bind_host=s["rpc_host"] or worker.address,
-            user=SERVICE_USER, sources=sources),
-        f"{UNIT_DIR}/{WORKER_UNIT}": _render("rpc-server.service.j2", deploy_dir=s["deploy_dir"],
-                                             firewall_unit=FIREWALL_UNIT if s["rpc_firewall"] else ""),
+            "rpc-server.sh.j2", host_name=worker.name, device=("GPUs" if worker.gpus else "CPU"),
+            bind_host=s["rpc_host"] or worker.address, guard=guard, image=shlex.quote(image),
+            docker_options=container_options("rpc-server", bool(worker.gpus),
+                                              [(s["rpc_cache_dir"], "/cache")], "rpc"),
+            rpc_server_args=rpc_server_args(worker)),
+        f"{UNIT_DIR}/{WORKER_UNIT}": _render(
+            "rpc-server.service.j2", deploy_dir=s["deploy_dir"],
+            requires=" ".join(["docker.service"] + ([FIREWALL_UNIT] if firewall else [])),
+            after=" ".join(["docker.service", "network-online.target"] + ([FIREWALL_UNIT] if firewall else []))),
     }
 
 
@@ -61,26 +131,15 @@ def firewall_files(cluster: Cluster, worker: HostPlan) -> dict[str, str]:
     s = worker.settings
     if not s["rpc_firewall"]:
         return {}
-    sources = allowed_sources(cluster, worker)
-    by_family = {4: [], 6: []}
-    for source in sources:
-        by_family[ipaddress.ip_network(source, strict=False).version].append(source)
+    clients = allowed_clients(cluster, worker)
+    ipv4 = [c for c in clients if ipaddress.ip_network(c, strict=False).version == 4]
+    ipv6 = [c for c in clients if ipaddress.ip_network(c, strict=False).version == 6]
     return {
-        f"{s['deploy_dir']}/rpc-firewall.sh": _render(
-            "rpc-firewall.sh.j2", worker=worker, port=s["rpc_port"], sources=sources, ipv4=by_family[4],
-            ipv6=by_family[6], chain=FIREWALL_CHAIN, unit=FIREWALL_UNIT),
+        **_program(s["deploy_dir"], "rpc-firewall.sh",
+                   programs.firewall_env(port=s["rpc_port"], chain=FIREWALL_CHAIN, ipv4=ipv4, ipv6=ipv6)),
         f"{UNIT_DIR}/{FIREWALL_UNIT}": _render("rpc-firewall.service.j2", deploy_dir=s["deploy_dir"],
                                                worker_unit=WORKER_UNIT),
     }
-
-
-def cluster_fingerprint(cluster: Cluster, image: str) -> str:
-    """Changes whenever the image or any worker's files change, so llama-server restarts after its workers."""
-    digest = hashlib.sha256(image.encode())
-    for worker in cluster.workers:
-        for path, content in sorted(worker_files(cluster, worker, image).items()):
-            digest.update(f"{worker.name}\0{path}\0{content}\0".encode())
-    return digest.hexdigest()[:16]
 
 
 def coordinator_files(cluster: Cluster, image: str) -> dict[str, str]:
@@ -88,19 +147,22 @@ def coordinator_files(cluster: Cluster, image: str) -> dict[str, str]:
     c = cluster.coordinator
     s = c.settings
     if s["llama_tensor_split"] == "auto":
-        raise ValueError("llama_tensor_split = 'auto' must be resolved by the planner (deployment.with_split) first")
+        raise ValueError("llama_tensor_split = 'auto' must be resolved by the planner (Deployment.with_split) first")
     model = PurePosixPath(s["llama_model_path"])
+    volumes = [(str(model.parent), "/models:ro")]
+    if s["llama_api_key_file"]:
+        volumes.append((API_KEY_PATH, f"{API_KEY_MOUNT}:ro"))
     return {
         f"{s['deploy_dir']}/llama-server.sh": _render(
-            "llama-server.sh.j2", coordinator=c, s=s, image=image, devices=cluster.devices,
-            rpc_endpoints=cluster.rpc_endpoints, bind_host=s["llama_host"] or c.address,
-            model_dir=str(model.parent), model_file=model.name, user=SERVICE_USER,
-            api_key_path=API_KEY_PATH if s["llama_api_key_file"] else "",
-            cluster_fingerprint=cluster_fingerprint(cluster, image)),
-        f"{s['deploy_dir']}/wait-for-workers.sh": _render(
-            "wait-for-workers.sh.j2", rpc_endpoints=cluster.rpc_endpoints, timeout=s["rpc_wait_timeout"], image=image),
+            "llama-server.sh.j2", host_name=c.name, devices=", ".join(cluster.devices),
+            device_count=len(cluster.devices), image=shlex.quote(image),
+            docker_options=container_options("llama-server", bool(c.gpus), volumes, "server"),
+            llama_server_args=llama_server_args(cluster, model.name, bool(s["llama_api_key_file"]))),
+        **_program(s["deploy_dir"], "wait-for-workers.sh",
+                   programs.wait_for_workers_env(endpoints=cluster.rpc_endpoints, timeout=s["rpc_wait_timeout"],
+                                                 image=image)),
         f"{UNIT_DIR}/{COORDINATOR_UNIT}": _render(
-            "llama-server.service.j2", deploy_dir=s["deploy_dir"], timeout=s["rpc_wait_timeout"]),
+            "llama-server.service.j2", deploy_dir=s["deploy_dir"], start_timeout=s["rpc_wait_timeout"] + 30),
     }
 
 
@@ -108,9 +170,9 @@ def worker_watchdog_files(worker: HostPlan) -> dict[str, str]:
     """Path on the worker -> content: the watchdog that restarts rpc-server when it holds a dead client."""
     s = worker.settings
     return {
-        f"{s['deploy_dir']}/rpc-server-watchdog.sh": _render(
-            "rpc-server-watchdog.sh.j2", worker=worker, port=s["rpc_port"], interval=WATCHDOG_INTERVAL,
-            patience=WORKER_WATCHDOG_PATIENCE, server_unit=WORKER_UNIT, unit=WORKER_WATCHDOG_UNIT),
+        **_program(s["deploy_dir"], "rpc-server-watchdog.sh",
+                   programs.rpc_server_watchdog_env(port=s["rpc_port"], interval=WATCHDOG_INTERVAL,
+                                                    patience=WORKER_WATCHDOG_PATIENCE, server_unit=WORKER_UNIT)),
         f"{UNIT_DIR}/{WORKER_WATCHDOG_UNIT}": _render("rpc-server-watchdog.service.j2", deploy_dir=s["deploy_dir"],
                                                       server_unit=WORKER_UNIT),
     }
@@ -120,10 +182,10 @@ def watchdog_files(cluster: Cluster) -> dict[str, str]:
     """Path on the coordinator -> content: the watchdog that restarts llama-server when it lost a worker."""
     s = cluster.settings
     return {
-        f"{s['deploy_dir']}/llama-server-watchdog.sh": _render(
-            "llama-server-watchdog.sh.j2", coordinator=cluster.coordinator, rpc_endpoints=cluster.rpc_endpoints,
-            interval=WATCHDOG_INTERVAL, retrans=WATCHDOG_RETRANSMISSIONS, grace=3 * WATCHDOG_INTERVAL,
-            server_unit=COORDINATOR_UNIT, unit=WATCHDOG_UNIT),
+        **_program(s["deploy_dir"], "llama-server-watchdog.sh",
+                   programs.llama_server_watchdog_env(endpoints=cluster.rpc_endpoints, interval=WATCHDOG_INTERVAL,
+                                                      retransmissions=WATCHDOG_RETRANSMISSIONS,
+                                                      grace=3 * WATCHDOG_INTERVAL, server_unit=COORDINATOR_UNIT)),
         f"{UNIT_DIR}/{WATCHDOG_UNIT}": _render("llama-server-watchdog.service.j2", deploy_dir=s["deploy_dir"],
                                                server_unit=COORDINATOR_UNIT),
     }

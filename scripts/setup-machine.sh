@@ -9,6 +9,7 @@ command -v dockerd >/dev/null || need+=(docker.io)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
 command -v curl >/dev/null || need+=(curl)
+command -v shellcheck >/dev/null || need+=(shellcheck)  # the unit tests check every rendered script
 if ((${#need[@]})); then
   echo "setup: installing ${need[*]}"
   apt-get update -qq

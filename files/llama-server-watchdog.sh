@@ -1,0 +1,71 @@
+#!/bin/bash
+# Watchdog for llama-server on the coordinator: restart it when it has lost a worker.
+# Shipped as is by llama-rpc-deploy (files/); run by llama-server-watchdog.service.
+# Usage: llama-server-watchdog.sh [--passes N]   N looks, then exit 0 (default: look for ever)
+#
+# llama-server cannot reconnect to a worker: once a worker's rpc-server restarted (crash, worker
+# reboot), or the network between them dropped, llama-server answers /health with ok and then
+# crashes or hangs on the next request. Its TCP connection to each worker tells the truth first:
+#   CLOSE-WAIT                 the worker closed it (rpc-server exited or its host went down cleanly)
+#   data unacknowledged, RETRANSMISSIONS+ retransmissions   the worker or the network is gone
+# Either way llama-server is restarted; its unit then waits (bounded) for every worker before it starts.
+# The watchdog only reads socket states: it never connects to rpc-server, which serves one client at a time.
+#
+# Settings: the shell assignments in the file LLAMA_RPC_ENV, by default this script's path with .env for .sh
+# (/opt/llama-rpc/llama-server-watchdog.env), written by llama-rpc-deploy:
+#   RPC_ENDPOINTS    the workers' rpc-servers, HOST:PORT as llama-server's --rpc names them, separated by spaces
+#   INTERVAL         seconds between two looks
+#   RETRANSMISSIONS  retransmissions of the same unacknowledged data that mean the worker is gone (7: about 25 s)
+#   GRACE            seconds to leave llama-server after restarting it, before looking again
+#   SERVER_UNIT      llama-server's systemd unit
+set -u  # a setting missing from the env file stops the watchdog instead of reading as empty
+
+usage() { echo "usage: $0 [--passes N]" >&2; exit 2; }
+passes=  # empty: for ever
+while [ $# -gt 0 ]; do
+  case $1 in
+    --passes) [[ $# -ge 2 && $2 =~ ^[0-9]+$ ]] || usage; passes=$2; shift 2 ;;
+    *) usage ;;
+  esac
+done
+
+# shellcheck source=/dev/null
+. "${LLAMA_RPC_ENV:-${0%.sh}.env}" || exit 1
+: "${RPC_ENDPOINTS:?}" "${INTERVAL:?}" "${RETRANSMISSIONS:?}" "${GRACE:?}" "${SERVER_UNIT:?}"  # required
+read -ra endpoints <<< "$RPC_ENDPOINTS"  # no pathname expansion: "[fd00::1]:50052" is a glob
+
+unacknowledged() {  # unacknowledged ENDPOINT: is data to ENDPOINT unacknowledged after RETRANSMISSIONS or more tries?
+  # ss -o shows timer:(on,25s,8) while data waits for its acknowledgement (persist: a zero-window probe), the last
+  # number being the retransmissions so far; keepalive timers and idle connections do not count.
+  local count
+  while read -r count; do
+    [ "$count" -ge "$RETRANSMISSIONS" ] && return 0
+  done < <(ss -Htno state established dst "$1" | sed -nE 's/.*timer:\((on|persist),[^)]*,([0-9]+)\).*/\2/p')
+  return 1
+}
+
+look() {  # one look at llama-server's connections; restarts it when one of them is lost
+  [ "$(systemctl is-active "$SERVER_UNIT")" = active ] || return 0
+  local endpoint reason
+  for endpoint in "${endpoints[@]}"; do
+    reason=
+    if [ -n "$(ss -Htn state close-wait dst "$endpoint")" ]; then
+      reason="rpc-server at $endpoint closed llama-server's connection (it restarted, or its host went down)"
+    elif unacknowledged "$endpoint"; then
+      reason="rpc-server at $endpoint stopped acknowledging data (the worker or the network is down)"
+    fi
+    if [ -n "$reason" ]; then
+      echo "$reason: restarting $SERVER_UNIT"
+      systemctl restart --no-block "$SERVER_UNIT"
+      sleep "$GRACE"  # let it stop and start before looking again
+      return 0
+    fi
+  done
+}
+
+pass=0
+while [ -z "$passes" ] || [ "$pass" -lt "$passes" ]; do
+  sleep "$INTERVAL" || exit 1
+  look
+  pass=$((pass + 1))
+done

@@ -1,0 +1,118 @@
+"""Every template is rendered, every rendered shell script passes shellcheck, every env file reads back."""
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from llama_rpc_deploy import render
+
+from .helpers import cluster
+
+IMAGE = "llama-rpc:0c1e57098-abcdef012345"
+CLUSTERS = {
+    "seed pair": lambda: cluster(),
+    "cpu lab, two workers, no firewall on one": lambda: cluster(
+        coordinator={"gpus": []}, workers=[{"gpus": []}, {"gpus": [], "rpc_firewall": False, "rpc_threads": 2}],
+        all_data={"image_backend": "cpu", "llama_n_gpu_layers": 6, "llama_tensor_split": [1, 1],
+                  "llama_sleep_idle_seconds": 900, "llama_threads": 2, "llama_metrics": True,
+                  "llama_extra_args": ["--alias", "a b; c"]}),
+    "ipv6 clients, odd paths": lambda: cluster(
+        workers=[{"rpc_allow_from": ["fd00::10", "10.0.0.0/24"], "rpc_cache_dir": "/srv/cache dir",
+                  "rpc_extra_args": ["--mem", "8192"]}],
+        all_data={"llama_model_path": "/srv/my models/it's.gguf"}),
+}
+
+
+def every_file(c) -> dict[str, str]:
+    out = {**render.coordinator_files(c, IMAGE), **render.watchdog_files(c)}
+    for w in c.workers:
+        out |= {f"{w.name}:{p}": t for p, t in {**render.worker_files(c, w, IMAGE), **render.firewall_files(c, w),
+                                                 **render.worker_watchdog_files(w)}.items()}
+    return out
+
+
+@pytest.fixture(scope="module", params=list(CLUSTERS))
+def rendered(request):
+    return every_file(CLUSTERS[request.param]())
+
+
+def test_every_template_is_rendered():
+    used = set()
+    original = render._render
+
+    def spy(template, **values):
+        used.add(template)
+        return original(template, **values)
+
+    render._render = spy
+    try:
+        for make in CLUSTERS.values():
+            every_file(make())
+    finally:
+        render._render = original
+    assert used == {p.name for p in render.TEMPLATES.glob("*.j2")}
+
+
+def test_rendered_shell_scripts_pass_shellcheck(rendered, tmp_path):
+    assert shutil.which("shellcheck"), "shellcheck is missing: apt-get install shellcheck (scripts/setup-machine.sh does)"
+    scripts = []
+    for i, (path, text) in enumerate(rendered.items()):
+        if path.endswith(".sh"):
+            scripts.append(tmp_path / f"{i}-{Path(path.split(':')[-1]).name}")
+            scripts[-1].write_text(text)
+    result = subprocess.run(["shellcheck", "--severity=style", *map(str, scripts)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_env_files_read_back_as_written(rendered, tmp_path):
+    """bash reads each env file's values back exactly (spaces and quotes in paths stay one word)."""
+    for path, text in rendered.items():
+        if not path.endswith(".env"):
+            continue
+        env = tmp_path / "x.env"
+        env.write_text(text)
+        keys = [line.split("=", 1)[0] for line in text.splitlines()]
+        out = subprocess.run(["bash", "-c", f'set -u; . "$1"; for k in {" ".join(keys)}; do printf "%s=%s\\n" "$k" "${{!k}}"; done',
+                              "_", str(env)], capture_output=True, text=True, check=True).stdout
+        assert len(out.splitlines()) == len(keys) and "$" not in out, path
+
+
+def test_launch_scripts_run_docker_with_the_intended_words(rendered, tmp_path):
+    """Run each rendered launch script with docker and id replaced by printers: the words docker gets."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "id").write_text("#!/bin/sh\necho 999\n")
+    (bin_dir / "id").chmod(0o755)
+    for path, text in rendered.items():
+        if not path.endswith(("llama-server.sh", "rpc-server.sh")):
+            continue
+        script = tmp_path / "launch.sh"
+        script.write_text(text.replace("/usr/bin/docker", str(bin_dir / "docker")))
+        (bin_dir / "docker").write_text('#!/bin/sh\nfor w in "$@"; do printf "%s\\n" "$w"; done\n')
+        (bin_dir / "docker").chmod(0o755)
+        argv = subprocess.run(["sh", str(script)], capture_output=True, text=True, check=True,
+                              env={"PATH": f"{bin_dir}:/usr/bin:/bin"}).stdout.splitlines()
+        assert argv[:2] == ["run", "--rm"] and "--user" in argv and argv[argv.index("--user") + 1] == "999:999"
+        assert IMAGE in argv and argv[argv.index(IMAGE) + 1] in ("server", "rpc")
+
+
+def test_paths_with_spaces_and_quotes_stay_one_word(tmp_path):
+    c = CLUSTERS["ipv6 clients, odd paths"]()
+    files = every_file(c)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool, body in (("docker", 'for w in "$@"; do printf "%s\\n" "$w"; done'), ("id", "echo 999")):
+        (bin_dir / tool).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / tool).chmod(0o755)
+
+    def argv(path):
+        script = tmp_path / "launch.sh"
+        script.write_text(files[path].replace("/usr/bin/docker", str(bin_dir / "docker")))
+        return subprocess.run(["sh", str(script)], capture_output=True, text=True, check=True,
+                              env={"PATH": f"{bin_dir}:/usr/bin:/bin"}).stdout.splitlines()
+
+    server = argv("/opt/llama-rpc/llama-server.sh")
+    assert "/srv/my models:/models:ro" in server and "/models/it's.gguf" in server
+    rpc = argv(f"{c.workers[0].name}:/opt/llama-rpc/rpc-server.sh")
+    assert "/srv/cache dir:/cache" in rpc and rpc[-2:] == ["--mem", "8192"]
