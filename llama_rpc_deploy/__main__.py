@@ -1,4 +1,4 @@
-"""python -m llama_rpc_deploy COMMAND
+"""python -m llama_rpc_deploy COMMAND    (each command runs the module of the same name)
 
   lab up [--workers N]     the local lab (containers that behave like hosts); writes .lab/inventory.py
   lab down                 remove everything the lab made
@@ -7,11 +7,11 @@
   bench [-i INVENTORY] [--streams 1,2,4] [--json OUT] [--png OUT] [--model LOCAL.gguf]
                            tokens/s for 1 and N parallel streams against the planner's ceiling,
                            time to first token after idle sleep; a table, JSON, a PNG plot
-  plan [-i INVENTORY] [--model LOCAL.gguf]
+  plan [-i INVENTORY] [--model LOCAL.gguf]   (the capacity planner)
                            per device: layers, weights, KV cache, free memory; the tokens/s ceiling;
                            exits 2 when something does not fit
   settings [--write-readme]  the settings table (Markdown), from the schema
-  model OUT.gguf           write a small random-weight llama GGUF
+  testmodel OUT.gguf       write a small random-weight llama GGUF
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import capacity, client, lab, settings
+from . import client, gguf_header, lab, plan, settings
 from .deployment import offline_cluster
 from .settings import SettingsError
 from .testmodel import main as model_main
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                                                     "when this machine has it)")
     p_settings = sub.add_parser("settings")
     p_settings.add_argument("--write-readme", action="store_true", help="replace the table in README.md")
-    p_model = sub.add_parser("model")
+    p_model = sub.add_parser("testmodel")
     p_model.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
 
@@ -86,16 +86,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: {model} is not on this machine: pass --model with a copy of the GGUF file "
                       "(only its header is read)", file=sys.stderr)
                 return 2
-            plan = capacity.plan_cluster(cluster, capacity.read_model(model))
-            print(plan.table())
-            return 2 if plan.problems else 0
+            capacity = plan.plan_cluster(cluster, gguf_header.read_model(model))
+            print(capacity.table())
+            return 2 if capacity.problems else 0
         elif args.command == "settings":
             if args.write_readme:
                 readme = Path(__file__).resolve().parent.parent / "README.md"
                 readme.write_text(settings.with_table(readme.read_text()))
             else:
                 print(settings.settings_table())
-        elif args.command == "model":
+        elif args.command == "testmodel":
             model_main(args.rest)
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -19,11 +19,12 @@ import urllib.request
 from pathlib import Path
 
 from . import client
-from .capacity import plan_cluster, read_model, read_remote_model
+from .gguf_header import read_model, read_remote_model
+from .cluster import Cluster
 from .deployment import write_ssh_config
 from .facts import GgufHeader
-from .load import run_load
-from .plan import Cluster
+from .loadtest import run_load
+from .plan import plan_cluster
 
 PROMPT = "The quick brown fox jumps over the lazy dog. "
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import urllib.request
 
-from .plan import Cluster, api_key
+from .cluster import Cluster
+from .cluster_checks import api_key
 
 
 def server_url(cluster: Cluster) -> str:

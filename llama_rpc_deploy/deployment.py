@@ -7,23 +7,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .plan import Cluster, HostPlan, host_plan, make_cluster
-from .settings import Layer, SettingsError
+from . import cluster as cluster_
+from . import image
+from .cluster import Cluster
+from .cluster_checks import check_inventory_shape
+from .settings import SettingsError, layers
 from .source import Source, resolve_source
 
 PROJECT = Path(__file__).resolve().parent.parent
 STATE = PROJECT / ".state"  # on the control machine: packed sources, the image-transfer key
-
-# Operations of this pyinfra run that other hosts' operations look at when they run (deploy.py
-# runs once per host, and every host's operations are created before the first one runs):
-RPC_SERVICE_OPS: dict = {}  # worker name -> its "rpc-server running" operation
-REPLACED: dict = {}  # host name -> [(path, the operation that kept the old file as path.previous)]
-HEALTH: dict = {}  # "check" -> the coordinator's health wait (fails: the new version is rolled back)
-RUN_ID = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())  # names the folder a failed version's logs go to
+ROLES = {"coordinator": "coordinator", "workers": "worker"}  # inventory group -> role
 
 
 @dataclass(frozen=True)
@@ -33,34 +29,9 @@ class Deployment:
     image: str  # name:tag, the same on every host
     transfer_key: Path | None  # private key the coordinator uses to send the image to the workers
 
-    def role(self, name: str) -> str:
-        if name == self.cluster.coordinator.name:
-            return "coordinator"
-        if any(w.name == name for w in self.cluster.workers):
-            return "worker"
-        return "none"
-
-    def host(self, name: str) -> HostPlan:
-        return next(h for h in (self.cluster.coordinator, *self.cluster.workers) if h.name == name)
-
-
-def with_split(dep: Deployment, split: list[int]) -> Deployment:
-    """The same deployment with llama_tensor_split = the planner's split (for llama_tensor_split = 'auto')."""
-    c = dep.cluster.coordinator
-    coordinator = replace(c, settings={**c.settings, "llama_tensor_split": list(split)})
-    return replace(dep, cluster=replace(dep.cluster, coordinator=coordinator))
-
-
-def layers_for(inventory, name: str, inventory_file: str) -> list[Layer]:
-    """pyinfra's data layers for one host, highest first, each labelled with where it came from."""
-    host = inventory.get_host(name)
-    layers = [Layer("--data on the command line", dict(inventory.get_override_data())),
-              Layer(f"{inventory_file} (host {name})", dict(inventory.get_host_data(name)))]
-    for group in reversed(host.groups):
-        if group != "all":
-            layers.append(Layer(f"group_data/{group}.py", dict(inventory.get_group_data(group))))
-    layers.append(Layer("group_data/all.py", dict(inventory.get_data())))
-    return layers
+    def with_split(self, split: list) -> Deployment:
+        """The same deployment with llama_tensor_split = the planner's split (for llama_tensor_split = 'auto')."""
+        return replace(self, cluster=self.cluster.with_split(split))
 
 
 TRANSFER_KEY_COMMENT = "llama-rpc-deploy-image-transfer"
@@ -81,29 +52,25 @@ def inventory_file(argv: list[str] = sys.argv) -> str:
     return next((a for a in argv[1:] if a.endswith(".py")), "inventory.py")
 
 
-_LOADED: dict = {}
+def from_pyinfra(inventory, inventory_file: str = "inventory.py") -> Deployment:
+    """The deployment from pyinfra's loaded inventory and group data (the deploy's own view)."""
+    def plan(name: str, role: str):
+        host = inventory.get_host(name)
+        return cluster_.host_plan(name, layers(
+            name, role, overrides=inventory.get_override_data(), host_data=inventory.get_host_data(name),
+            groups=[(g, inventory.get_group_data(g)) for g in host.groups], all_data=inventory.get_data(),
+            inventory_file=inventory_file))
 
-
-def load(inventory, inventory_file: str = "inventory.py") -> Deployment:
-    """The deployment for this pyinfra run. deploy.py runs once per host; the inventory is the
-    same object each time, so the settings are checked and the source hashed once."""
-    if id(inventory) not in _LOADED:
-        _LOADED.clear()
-        _LOADED[id(inventory)] = _load(inventory, inventory_file)
-    return _LOADED[id(inventory)]
-
-
-def _load(inventory, inventory_file: str) -> Deployment:
-    groups = {g: [h.name for h in inventory.get_group(g, [])] for g in ("coordinator", "workers")}
-    coordinators = [host_plan(n, layers_for(inventory, n, inventory_file)) for n in groups["coordinator"]]
-    workers = [host_plan(n, layers_for(inventory, n, inventory_file)) for n in groups["workers"]]
-    return from_cluster(make_cluster(coordinators, workers, inventory_file))
+    names = {role: [h.name for h in inventory.get_group(group, [])] for group, role in ROLES.items()}
+    check_inventory_shape(names["coordinator"], names["worker"], inventory_file)  # before a host's own checks
+    hosts = {role: [plan(name, role) for name in names[role]] for role in names}
+    return from_cluster(cluster_.build(hosts["coordinator"], hosts["worker"], inventory_file))
 
 
 def from_cluster(cluster: Cluster, with_key: bool = True) -> Deployment:
     s = cluster.settings
     source = resolve_source(s["llama_cpp_source"], s["llama_cpp_ref"], STATE / "sources")
-    return Deployment(cluster=cluster, source=source, image=cluster.image_tag(source),
+    return Deployment(cluster=cluster, source=source, image=image.tag(cluster, source),
                       transfer_key=transfer_key() if with_key else None)
 
 
@@ -155,14 +122,15 @@ def offline_cluster(inventory_path: Path, group_data: Path = PROJECT / "group_da
                     overrides: dict | None = None) -> Cluster:
     """The Cluster as deploy.py computes it, read from the files alone (same layers, same checks)."""
     groups = read_inventory(inventory_path)
+    check_inventory_shape(*[[name for name, _ in groups[g]] for g in ROLES], str(inventory_path))
     all_data = _python_data(group_data / "all.py")
-    top = [Layer("--data on the command line", overrides)] if overrides else []
-    plans = {}
-    for group, hosts in groups.items():
-        group_layer = Layer(f"group_data/{group}.py", _python_data(group_data / f"{group}.py"))
-        plans[group] = [host_plan(name, [*top, Layer(f"{inventory_path} (host {name})", data), group_layer,
-                                         Layer("group_data/all.py", all_data)]) for name, data in hosts]
-    return make_cluster(plans["coordinator"], plans["workers"], str(inventory_path))
+    hosts = {}
+    for group, role in ROLES.items():
+        group_layer = (group, _python_data(group_data / f"{group}.py"))
+        hosts[role] = [cluster_.host_plan(name, layers(
+            name, role, overrides=overrides or {}, host_data=data, groups=[group_layer], all_data=all_data,
+            inventory_file=str(inventory_path))) for name, data in groups[group]]
+    return cluster_.build(hosts["coordinator"], hosts["worker"], str(inventory_path))
 
 
 def preflight(argv: list[str] = sys.argv) -> None:

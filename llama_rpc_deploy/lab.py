@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .settings import BY_NAME
 from .testmodel import Shape, write_model
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -251,18 +252,22 @@ def lab_settings(sdist: Path, workers: int, api_key: Path) -> dict:
 
 
 def write_inventory(workers: int, key: Path, known_hosts: Path, settings: dict) -> Path:
+    """The lab's inventory: each host gets the lab's settings that its role reads (settings.Setting.read_from)."""
     ssh = {"ssh_user": "root", "ssh_port": 22, "ssh_key": str(key), "ssh_known_hosts_file": str(known_hosts),
            "ssh_strict_host_key_checking": "yes", "ssh_allow_agent": False, "ssh_look_for_keys": False}
+    by_role = {role: {k: v for k, v in settings.items() if BY_NAME[k].read_from in (role, "each host")}
+               for role in ("coordinator", "workers")}
     text = f'''# Written by `python -m llama_rpc_deploy lab up`: the local lab's hosts (containers on {SUBNET}).
-# Same form as ../inventory.py; the lab's settings sit in LAB and override group_data for these hosts.
+# Same form as ../inventory.py; the lab's settings override group_data for these hosts.
 SSH = {ssh!r}
-LAB = {pprint.pformat(settings, sort_dicts=False)}
+LAB_COORDINATOR = {pprint.pformat(by_role["coordinator"], sort_dicts=False)}
+LAB_WORKER = {pprint.pformat(by_role["workers"], sort_dicts=False)}
 
-coordinator = [("{ip_of(0)}", {{**SSH, **LAB}})]
+coordinator = [("{ip_of(0)}", {{**SSH, **LAB_COORDINATOR}})]
 workers = [
 '''
     for i in range(1, workers + 1):
-        text += f'    ("{ip_of(i)}", {{**SSH, **LAB}}),\n'
+        text += f'    ("{ip_of(i)}", {{**SSH, **LAB_WORKER}}),\n'
     text += "]\n"
     path = LAB_DIR / "inventory.py"
     path.write_text(text)

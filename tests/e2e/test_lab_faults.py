@@ -13,7 +13,7 @@ import pytest
 
 from llama_rpc_deploy import lab
 from llama_rpc_deploy.deployment import PROJECT, from_cluster, offline_cluster
-from llama_rpc_deploy.load import run_load, until_serving
+from llama_rpc_deploy.loadtest import run_load, until_serving
 
 from . import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra
 

@@ -13,7 +13,7 @@ from ..bad_configs import CASES, expected_words, write_case
 BASE = '''SSH = {"ssh_user": "root"}
 LAB = {"image_backend": "cpu", "llama_model_path": "/models/lab.gguf"}
 coordinator = [("10.0.0.10", {**SSH, **LAB})]
-workers = [("10.0.0.11", {**SSH, **LAB}), ("10.0.0.12", {**SSH, **LAB})]
+workers = [("10.0.0.11", {**SSH}), ("10.0.0.12", {**SSH})]
 '''
 
 

@@ -1,90 +1,145 @@
+"""The planner's arithmetic against figures computed by hand, on GGUF headers shaped like real models."""
 import pytest
 
-from llama_rpc_deploy.plan import FILES
-from llama_rpc_deploy.settings import SettingsError
-from llama_rpc_deploy.source import Source
+from llama_rpc_deploy.gguf_header import ModelInfo, read_model
+from llama_rpc_deploy.plan import GIB, Device, auto_split, ceiling, kv_bytes, place, plan_cluster, render_shares
 
 from .helpers import cluster
-
-LOCAL = Source(ident="a" * 64, local_tarball=FILES / "Dockerfile", url=None)
-REF = Source(ident="0c1e57098", local_tarball=None, url="https://example.invalid/x.tar.gz")
+from .shaped import write_shaped
 
 
-def test_seed_pair_remote_first_local_last():
-    c = cluster()
-    assert c.devices == ["RPC0", "CUDA0"]
-    assert c.rpc_endpoints == ["10.0.0.20:50052"]
-    assert c.cuda_architectures == "89;120"
+@pytest.fixture(scope="module")
+def llama8b(tmp_path_factory):
+    """Llama-3.1-8B's shapes in Q4_K (Q6_K embeddings and output)."""
+    path = tmp_path_factory.mktemp("m") / "llama-8b.gguf"
+    return read_model(write_shaped(path, arch="llama", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, head_dim=128,
+                                   n_ff=14336, n_vocab=128256))
 
 
-def test_workers_with_several_gpus_and_a_cpu_worker():
-    c = cluster(workers=[{"gpus": ["RTX 3090", "RTX 3090"]}, {"gpus": []}], coordinator={"gpus": ["RTX 5090", "RTX 4090"]})
-    assert c.devices == ["RPC0", "RPC1", "RPC2", "CUDA0", "CUDA1"]
-    assert c.cuda_architectures == "86;89;120"
+@pytest.fixture(scope="module")
+def gemma27b(tmp_path_factory):
+    """Gemma-3-27B's shapes: 62 layers, sliding window 1024 on 5 of every 6, tied embeddings."""
+    path = tmp_path_factory.mktemp("m") / "gemma-27b.gguf"
+    return read_model(write_shaped(path, arch="gemma3", n_layer=62, n_embd=5376, n_head=32, n_head_kv=16, head_dim=128,
+                                   n_ff=21504, n_vocab=262208, window=1024, tied=True))
 
 
-def test_worker_address_and_rpc_host_override_the_endpoint():
-    c = cluster(workers=[{"address": "10.1.0.5", "rpc_port": 50060}, {"rpc_host": "10.2.0.6"}])
-    assert c.rpc_endpoints == ["10.1.0.5:50060", "10.2.0.6:50052"]
+@pytest.fixture(scope="module")
+def dense31b(tmp_path_factory):
+    """A dense 31B-class model (60 layers, 4 KV heads): 18 GB in Q4_K, too big for one 16 GB card."""
+    path = tmp_path_factory.mktemp("m") / "dense-31b.gguf"
+    return read_model(write_shaped(path, arch="llama", n_layer=60, n_embd=5120, n_head=40, n_head_kv=4, head_dim=128,
+                                   n_ff=27648, n_vocab=262144))
 
 
-def test_tensor_split_must_match_device_count():
-    with pytest.raises(SettingsError, match=r"llama_tensor_split = \[1, 1, 1\]: expected 2 numbers, one per device \(RPC0, CUDA0\)"):
-        cluster(all_data={"llama_tensor_split": [1, 1, 1]})
-    assert cluster(all_data={"llama_tensor_split": [1, 1]}).settings["llama_tensor_split"] == [1, 1]
+def test_dense_layer_bytes_by_hand(llama8b):
+    q4k = 144 / 256  # bytes per weight
+    by_hand = (2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14336 * 4096) * q4k + 2 * 4096 * 4
+    assert llama8b.layer_bytes[0] == by_hand == 122_716_160
+    assert llama8b.input_bytes == 128256 * 4096 * 210 // 256  # Q6_K: 210 bytes per 256
+    assert llama8b.kv_per_token[0] == (8 * 128, 8 * 128)
+    assert 4.7e9 < llama8b.weight_bytes < 4.9e9  # the real Q4_K_M file is 4.9 GB
 
 
-def test_inventory_shape():
-    with pytest.raises(SettingsError, match="group workers is empty"):
-        cluster(workers=())
-    with pytest.raises(SettingsError, match="10.0.0.10 is listed twice"):
-        cluster(names=["10.0.0.10", "10.0.0.10"])
-    with pytest.raises(SettingsError, match="rpc endpoint 10.0.0.5:50052 is used by two workers"):
-        cluster(workers=[{"address": "10.0.0.5"}, {"address": "10.0.0.5"}])
+def test_dense_kv_cache_by_hand(llama8b):
+    # 32 layers x 8192 cells x (1024 K + 1024 V) x 2 bytes = 1 GiB
+    assert kv_bytes(llama8b, list(range(32)), 8192, 1, "f16", "f16") == 32 * 8192 * 2048 * 2 == GIB
+    assert kv_bytes(llama8b, list(range(32)), 8192, 1, "q8_0", "q8_0") == 32 * 8192 * 2048 * 34 // 32
 
 
-def test_placeholder_model_path_is_refused():
-    with pytest.raises(SettingsError, match="group_data/all.py: llama_model_path = '/CHANGE_ME/m.gguf': expected the path"):
-        cluster(all_data={"llama_model_path": "/CHANGE_ME/m.gguf"})
+def test_sliding_window_kv_by_hand(gemma27b):
+    assert gemma27b.swa_window == 1024 and sum(gemma27b.swa_layers) == 52  # every 6th of 62 layers is global
+    assert gemma27b.output_bytes == gemma27b.input_bytes + 5376 * 4  # tied: token_embd again, plus the norm
+    # global: 10 layers x 65536 cells; sliding: 52 layers x min(65536, 1024 x 4 slots + 512) cells;
+    # each cell (16 x 128 K + 16 x 128 V) x 2 bytes = 8192 bytes
+    assert kv_bytes(gemma27b, list(range(62)), 65536, 4, "f16", "f16") == 10 * 65536 * 8192 + 52 * 4608 * 8192
 
 
-def test_cuda_too_old_for_blackwell_is_refused():
-    with pytest.raises(SettingsError, match=r"CUDA 12.4 cannot build for sm_120: expected CUDA 12.8 or newer"):
-        cluster(all_data={"image_build_image": "nvidia/cuda:12.4.1-devel-ubuntu22.04"})
+def seed_model(weights_gb=17.0, n_layer=60):
+    layer = int(weights_gb * 1e9 / n_layer)
+    return ModelInfo(path="-", arch="x", n_layer=n_layer, n_embd=5376, n_vocab=262144, n_ctx_train=131072,
+                     layer_bytes=(layer,) * n_layer, input_bytes=0, output_bytes=0,
+                     kv_per_token=((2048, 2048),) * n_layer)
 
 
-def test_cuda_build_needs_gpus():
-    with pytest.raises(SettingsError, match="no host lists gpus"):
-        cluster(coordinator={"gpus": []}, workers=[{"gpus": []}])
+DESKTOP_4080 = Device("CUDA0", "desktop", "RTX 4080", 16 * GIB, 717e9)
+SERVER_5060TI = Device("RPC0", "server", "RTX 5060 Ti 16GB", 16 * GIB, 448e9)
 
 
-def test_unknown_gpu_names_the_table():
-    with pytest.raises(SettingsError, match="unknown GPU 'RTX 9999'"):
-        cluster(workers=[{"gpus": ["RTX 9999"]}])
+def test_seed_ceiling_is_about_32_tokens_per_second():
+    """17 GB split in half over a 4080 (717 GB/s) and a 5060 Ti (448 GB/s): 1 / (8.5/717 + 8.5/448) s."""
+    placements, _ = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], [30, 31], 4096, 1, "f16", "f16")
+    assert [len(p.layers) for p in placements] == [30, 30]  # the output layer counts as the 61st
+    by_hand = 1 / (8.5e9 / 448e9 + 8.5e9 / 717e9 + 0.0003)
+    assert ceiling(placements) == pytest.approx(by_hand)
+    assert 31.5 < ceiling(placements) < 33.5
 
 
-def test_build_args_cuda_and_cpu():
-    args = cluster().build_args(REF)
-    assert args["GGML_BACKEND"] == "cuda" and args["CUDA_ARCHITECTURES"] == "89;120"
-    assert args["BUILD_IMAGE"].startswith("nvidia/cuda:12.8") and args["GGML_NATIVE"] == "OFF"
-    assert args["LLAMA_CPP_REF"] == "0c1e57098"
-    cpu = cluster(coordinator={"gpus": []}, workers=[{"gpus": []}],
-                  all_data={"image_backend": "cpu", "image_cpu_native": True}).build_args(LOCAL)
-    assert cpu["GGML_BACKEND"] == "cpu" and "CUDA_ARCHITECTURES" not in cpu and cpu["GGML_NATIVE"] == "ON"
-    assert cpu["SOURCE_SHA256"] == "a" * 64 and cpu["LLAMA_CPP_REF"] == "local"
+def test_auto_split_fills_the_faster_card_first():
+    counts = auto_split(seed_model(), [SERVER_5060TI, DESKTOP_4080], 8192, 1, "f16", "f16")
+    assert sum(counts) == 60 and counts[1] > counts[0]
+    placements, _ = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], render_shares(counts), 8192, 1, "f16", "f16")
+    assert [len(p.layers) for p in placements] == counts
+    assert all(p.fits for p in placements)
+    half, _ = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], [30, 31], 8192, 1, "f16", "f16")
+    assert ceiling(placements) > ceiling(half)
 
 
-def test_every_build_arg_is_declared_in_the_dockerfile():
-    dockerfile = (FILES / "Dockerfile").read_text()
-    args = cluster(all_data={"image_build_jobs": 4}).build_args(REF) | cluster().build_args(LOCAL)
-    for key in args:
-        assert f"ARG {key}" in dockerfile, key
+def test_plan_for_the_seed_pair_fits_64k_and_refuses_128k(dense31b):
+    assert dense31b.weight_bytes > 16 * GIB  # fits neither card alone
+    fits = plan_cluster(cluster(all_data={"llama_ctx_size": 65536, "llama_parallel": 4, "llama_tensor_split": "auto"}),
+                        dense31b)
+    assert fits.fits, fits.problems
+    assert [p.device.name for p in fits.placements] == ["RPC0", "CUDA0"]
+    assert sum(len(p.layers) for p in fits.placements) == 60 and fits.host_bytes == dense31b.input_bytes
+    # KV at 128K: 60 layers x 131072 cells x (512 + 512) x 2 bytes = 15 GiB on top of 18 GB of weights
+    assert kv_bytes(dense31b, list(range(60)), 131072, 4, "f16", "f16") == 60 * 131072 * 1024 * 2 == 15 * GIB
+    too_big = plan_cluster(cluster(all_data={"llama_ctx_size": 131072, "llama_parallel": 4, "llama_tensor_split": [1, 1]}),
+                           dense31b)
+    assert not too_big.fits
+    assert any(p.startswith("128K context with f16 KV needs ") and "it has 16.0" in p for p in too_big.problems)
 
 
-def test_image_tag_is_stable_and_follows_every_input():
-    base = cluster().image_tag(REF)
-    assert base == cluster().image_tag(REF)
-    assert base.startswith("llama-rpc:0c1e57098-")
-    assert cluster(all_data={"image_cuda_architectures": "86"}).image_tag(REF) != base
-    assert cluster().image_tag(Source(ident="other", local_tarball=None, url="u")) != base
-    assert cluster().image_tag(LOCAL).startswith("llama-rpc:local-")
+def test_sliding_window_makes_128k_fit_where_dense_does_not(gemma27b):
+    plan = plan_cluster(cluster(all_data={"llama_ctx_size": 131072, "llama_parallel": 4, "llama_tensor_split": [1, 1]}),
+                        gemma27b)
+    assert plan.fits, plan.problems
+
+
+def test_plan_warns_on_quantized_kv_that_is_not_needed_and_on_speculative_decoding(gemma27b):
+    plan = plan_cluster(cluster(all_data={"llama_ctx_size": 8192, "llama_cache_type_k": "q8_0", "llama_cache_type_v": "q8_0",
+                                          "llama_extra_args": ["--spec-type", "mtp"]}), gemma27b)
+    assert any("although f16 fits" in w for w in plan.warnings)
+    assert any("speculative decoding" in w for w in plan.warnings)
+
+
+def test_partial_offload_keeps_the_first_layers_on_the_host(llama8b):
+    c = cluster(coordinator={"gpus": []}, workers=[{"gpus": []}, {"gpus": []}],
+                all_data={"image_backend": "cpu", "llama_n_gpu_layers": 6, "llama_tensor_split": [1, 1]})
+    plan = plan_cluster(c, llama8b)
+    # llama.cpp counts the output layer as layer 32: -ngl 6 offloads layers 27..31 and the output
+    assert [p.layers for p in plan.placements] == [[27, 28, 29], [30, 31]]
+    assert plan.placements[1].weights == 2 * llama8b.layer_bytes[0] + llama8b.output_bytes
+    assert plan.host_bytes == llama8b.input_bytes + 27 * llama8b.layer_bytes[0]
+
+
+def test_auto_split_refuses_cpu_devices_whose_memory_it_cannot_know(llama8b):
+    c = cluster(coordinator={"gpus": []}, workers=[{"gpus": []}], all_data={"image_backend": "cpu",
+                                                                           "llama_tensor_split": "auto"})
+    plan = plan_cluster(c, llama8b)
+    assert any("llama_tensor_split = 'auto' needs every device's memory, and RPC0 (10.0.0.20) is a CPU device" in p
+               for p in plan.problems)
+
+
+def test_auto_split_reaches_the_launch_script(dense31b):
+    """What deploy.py does for llama_tensor_split = 'auto': plan, then render the planner's split."""
+    from llama_rpc_deploy.deployment import from_cluster
+    from llama_rpc_deploy.render import coordinator_files
+
+    dep = from_cluster(cluster(all_data={"llama_ctx_size": 65536, "llama_tensor_split": "auto"}), with_key=False)
+    with pytest.raises(ValueError, match="must be resolved by the planner"):
+        coordinator_files(dep.cluster, dep.image)
+    plan = plan_cluster(dep.cluster, dense31b)
+    script = coordinator_files(dep.with_split(plan.split).cluster, dep.image)["/opt/llama-rpc/llama-server.sh"]
+    assert f"--tensor-split {','.join(str(x) for x in plan.split)} " in script
+    assert plan.split[-1] == len(plan.placements[-1].layers) + 1  # the output layer rides on the last device

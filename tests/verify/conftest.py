@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import testinfra
 
-from llama_rpc_deploy.capacity import plan_cluster, read_remote_model
-from llama_rpc_deploy.deployment import from_cluster, offline_cluster, read_inventory, with_split, write_ssh_config
+from llama_rpc_deploy.gguf_header import read_remote_model
+from llama_rpc_deploy.plan import plan_cluster
+from llama_rpc_deploy.deployment import from_cluster, offline_cluster, read_inventory, write_ssh_config
 from llama_rpc_deploy.facts import GgufHeader
 
 
@@ -47,7 +48,7 @@ def model(offline, connect):
 def deployment(offline, request):
     """What the deploy computed: with llama_tensor_split = 'auto', the planner's split."""
     if offline.cluster.settings["llama_tensor_split"] == "auto":
-        return with_split(offline, plan_cluster(offline.cluster, request.getfixturevalue("model")).split)
+        return offline.with_split(plan_cluster(offline.cluster, request.getfixturevalue("model")).split)
     return offline
 
 

@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from llama_rpc_deploy import client, render
-from llama_rpc_deploy.capacity import plan_cluster
+from llama_rpc_deploy.plan import plan_cluster
 
 
 def _url(deployment, path):

@@ -9,7 +9,8 @@ import urllib.request
 import pytest
 
 from llama_rpc_deploy import client, render
-from llama_rpc_deploy.plan import SERVICE_USER, allowed_sources, api_key
+from llama_rpc_deploy.cluster import SERVICE_USER
+from llama_rpc_deploy.cluster_checks import allowed_clients, api_key
 
 
 def _firewall(worker_plan):
@@ -17,7 +18,7 @@ def _firewall(worker_plan):
         pytest.skip("rpc_firewall = False: the user firewalls the RPC port")
 
 
-def test_rpc_port_admits_only_the_allowed_sources(worker, worker_plan, deployment):
+def test_rpc_port_admits_only_the_allowed_clients(worker, worker_plan, deployment):
     """Exactly our rules: one jump, first in INPUT, to a chain that accepts the coordinator and resets the rest."""
     _firewall(worker_plan)
     port, chain = worker_plan.settings["rpc_port"], render.FIREWALL_CHAIN
@@ -26,7 +27,7 @@ def test_rpc_port_admits_only_the_allowed_sources(worker, worker_plan, deploymen
     assert jumps == [f"-A INPUT -p tcp -m tcp --dport {port} -j {chain}"], rules  # once, however often deployed
     assert rules[0] == jumps[0], "another INPUT rule comes before the RPC port's"
     accept = [f"-A {chain} -s {s if '/' in s else s + '/32'} -j ACCEPT"
-              for s in allowed_sources(deployment.cluster, worker_plan) if ":" not in s]
+              for s in allowed_clients(deployment.cluster, worker_plan) if ":" not in s]
     assert worker.check_output(f"iptables -S {chain}").splitlines() == [
         f"-N {chain}", *accept, f"-A {chain} -p tcp -j REJECT --reject-with tcp-reset"]
     if worker.exists("ip6tables"):

@@ -10,7 +10,7 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from . import client
-from .plan import Cluster
+from .cluster import Cluster
 
 
 @dataclass

@@ -1,0 +1,98 @@
+"""The cluster as the deploy sees it, from settings alone (no host is touched).
+
+Who is the coordinator and who are the workers, each host's checked settings and GPUs, the RPC
+endpoints, and the order of the devices: every worker's devices first, the coordinator's own GPUs
+last, so the output layer and the logits stay local. `build()` runs the cross-setting checks of
+cluster_checks.py on it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .gpus import Gpu, lookup
+from .settings import Layer, SettingsError, resolve
+
+SERVICE_USER = "llama-rpc"  # the containers run as this system user, made by the deploy on every host
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    name: str  # the inventory name: how the control machine reaches the host
+    settings: dict
+    gpus: tuple[Gpu, ...]
+    origins: dict  # setting -> where its value came from, for error messages
+
+    @property
+    def address(self) -> str:
+        """How the other hosts reach this one."""
+        return self.settings["address"] or self.name
+
+    @property
+    def rpc_endpoint(self) -> str:
+        return f"{self.settings['rpc_host'] or self.address}:{self.settings['rpc_port']}"
+
+    @property
+    def device_count(self) -> int:
+        """rpc-server exposes every GPU, or one CPU device on a host without GPUs."""
+        return max(1, len(self.gpus))
+
+
+@dataclass(frozen=True)
+class Cluster:
+    coordinator: HostPlan
+    workers: tuple[HostPlan, ...]
+
+    @property
+    def settings(self) -> dict:
+        """Cluster-wide settings (image, model, llama-server) are the coordinator's."""
+        return self.coordinator.settings
+
+    @property
+    def hosts(self) -> tuple[HostPlan, ...]:
+        return (self.coordinator, *self.workers)
+
+    @property
+    def rpc_endpoints(self) -> list[str]:
+        return [w.rpc_endpoint for w in self.workers]
+
+    @property
+    def devices(self) -> list[str]:
+        """Device order for llama-server: remote first (RPC0, RPC1, ... in worker order), local GPUs last."""
+        n_rpc = sum(w.device_count for w in self.workers)
+        return [f"RPC{i}" for i in range(n_rpc)] + [f"CUDA{i}" for i in range(len(self.coordinator.gpus))]
+
+    def host(self, name: str) -> HostPlan:
+        return next(h for h in self.hosts if h.name == name)
+
+    def role(self, name: str) -> str:
+        """coordinator, worker, or none (a host in neither group)."""
+        if name == self.coordinator.name:
+            return "coordinator"
+        return "worker" if any(w.name == name for w in self.workers) else "none"
+
+    def with_split(self, split: list) -> Cluster:
+        """The same cluster with llama_tensor_split = split (the planner's, for 'auto')."""
+        c = self.coordinator
+        return replace(self, coordinator=replace(c, settings={**c.settings, "llama_tensor_split": list(split)}))
+
+
+def host_plan(name: str, layers: list[Layer]) -> HostPlan:
+    values, origins = resolve(layers)
+    gpus = []
+    for entry in values["gpus"]:
+        try:
+            gpus.append(lookup(entry))
+        except ValueError as err:
+            raise SettingsError(f"{origins['gpus']}: gpus = {values['gpus']!r}: {err}") from None
+    return HostPlan(name=name, settings=values, gpus=tuple(gpus), origins=origins)
+
+
+def build(coordinators: list[HostPlan], workers: list[HostPlan], inventory_file: str = "inventory.py") -> Cluster:
+    """The Cluster, after every check in cluster_checks.CHECKS (each raises SettingsError)."""
+    from .cluster_checks import CHECKS, check_inventory_shape
+
+    check_inventory_shape([h.name for h in coordinators], [h.name for h in workers], inventory_file)
+    cluster = Cluster(coordinator=coordinators[0], workers=tuple(workers))
+    for check in CHECKS:
+        check(cluster, inventory_file)
+    return cluster

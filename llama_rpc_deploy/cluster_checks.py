@@ -1,0 +1,169 @@
+"""The checks that span settings or hosts, each a named function run by cluster.build().
+
+A single value is checked by its schema entry (settings.py); what needs two settings, two hosts or
+a file on the control machine is checked here. Each check raises SettingsError with the file, the
+key, the value and what was expected.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+
+from .cluster import Cluster, HostPlan
+from .image import cuda_architectures
+from .settings import PLACEHOLDER, QUANTIZED_CACHE_TYPES, SettingsError
+
+# The first CUDA release that can build for a compute capability (newer cards need newer CUDA).
+MIN_CUDA_FOR_ARCH = {"100": (12, 8), "101": (12, 8), "120": (12, 8), "121": (12, 9), "90": (11, 8), "89": (11, 8)}
+DOCUMENTATION_NETS = [ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")]
+
+
+def check_inventory_shape(coordinators: list[str], workers: list[str], inventory_file: str) -> None:
+    """One coordinator, at least one worker, each host once (by inventory name)."""
+    if len(coordinators) != 1:
+        raise SettingsError(f"{inventory_file}: group coordinator has {len(coordinators)} hosts: expected exactly one")
+    if not workers:
+        raise SettingsError(f"{inventory_file}: group workers is empty: expected at least one worker")
+    names = coordinators + workers
+    both = sorted({n for n in names if names.count(n) > 1})
+    if both:
+        raise SettingsError(f"{inventory_file}: {', '.join(both)} is listed twice (coordinator and workers, "
+                            "or twice in workers): expected each host once")
+
+
+def distinct_rpc_endpoints(cluster: Cluster, inventory_file: str) -> None:
+    endpoints = cluster.rpc_endpoints
+    dup = sorted({e for e in endpoints if endpoints.count(e) > 1})
+    if dup:
+        raise SettingsError(f"{inventory_file}: rpc endpoint {', '.join(dup)} is used by two workers: "
+                            "expected one address:port per worker")
+
+
+def model_path_is_set(cluster: Cluster, inventory_file: str) -> None:
+    path, where = cluster.settings["llama_model_path"], cluster.coordinator.origins["llama_model_path"]
+    if PLACEHOLDER in path:
+        raise SettingsError(f"{where}: llama_model_path = {path!r}: expected the path of your GGUF file on the coordinator")
+    if not path.endswith(".gguf"):
+        raise SettingsError(f"{where}: llama_model_path = {path!r}: expected a .gguf file")
+
+
+def _is_documentation_address(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in net for net in DOCUMENTATION_NETS)
+
+
+def no_example_addresses(cluster: Cluster, inventory_file: str) -> None:
+    examples = [h.name for h in cluster.hosts if _is_documentation_address(h.address)]
+    if examples:
+        raise SettingsError(f"{inventory_file}: {', '.join(examples)}: example addresses (RFC 5737, they reach "
+                            "nothing): expected your hosts' addresses")
+
+
+def same_quantized_kv_types(cluster: Cluster, inventory_file: str) -> None:
+    k, v = cluster.settings["llama_cache_type_k"], cluster.settings["llama_cache_type_v"]
+    if k in QUANTIZED_CACHE_TYPES and v in QUANTIZED_CACHE_TYPES and k != v:
+        raise SettingsError(f"{cluster.coordinator.origins['llama_cache_type_v']}: llama_cache_type_v = {v!r} with "
+                            f"llama_cache_type_k = {k!r}: expected the same quantized type for K and V "
+                            "(RPC workers crash on mixed quantized K/V, llama.cpp issue #27905)")
+
+
+def quantized_v_has_flash_attention(cluster: Cluster, inventory_file: str) -> None:
+    v = cluster.settings["llama_cache_type_v"]
+    if v in QUANTIZED_CACHE_TYPES and cluster.settings["llama_flash_attn"] == "off":
+        raise SettingsError(f"{cluster.coordinator.origins['llama_flash_attn']}: llama_flash_attn = 'off' with "
+                            f"llama_cache_type_v = {v!r}: expected 'on' or 'auto' (a quantized V cache needs flash attention)")
+
+
+def rpc_port_apart_from_llama_port(cluster: Cluster, inventory_file: str) -> None:
+    for h in cluster.workers:
+        if h.settings["rpc_port"] == cluster.settings["llama_port"] and h.address == cluster.coordinator.address:
+            raise SettingsError(f"{h.origins['rpc_port']}: rpc_port = {h.settings['rpc_port']} on {h.name}: "
+                                "expected a port other than llama_port on the same address")
+
+
+def one_share_per_device(cluster: Cluster, inventory_file: str) -> None:
+    split = cluster.settings["llama_tensor_split"]
+    if isinstance(split, (list, tuple)) and len(split) != len(cluster.devices):
+        raise SettingsError(
+            f"{cluster.coordinator.origins['llama_tensor_split']}: llama_tensor_split = {list(split)!r}: expected "
+            f"{len(cluster.devices)} numbers, one per device ({', '.join(cluster.devices)})")
+
+
+def _cuda_version(image: str) -> tuple[int, int] | None:
+    match = re.search(r"cuda:(\d+)\.(\d+)", image)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def cuda_can_build_every_gpu(cluster: Cluster, inventory_file: str) -> None:
+    s, origins = cluster.settings, cluster.coordinator.origins
+    if s["image_backend"] != "cuda":
+        return
+    archs = cuda_architectures(cluster)
+    if not archs:
+        raise SettingsError(f"{origins['image_backend']}: image_backend = 'cuda' but no host lists gpus: expected "
+                            "gpus on at least one host (e.g. gpus = ['RTX 4080']), or image_backend = 'cpu'")
+    version = _cuda_version(s["image_build_image"])
+    for arch in archs.split(";"):
+        need = MIN_CUDA_FOR_ARCH.get(re.sub(r"\D", "", arch))
+        if version and need and version < need:
+            raise SettingsError(
+                f"{origins['image_build_image']}: image_build_image = {s['image_build_image']!r}: CUDA "
+                f"{version[0]}.{version[1]} cannot build for sm_{arch}: expected CUDA {need[0]}.{need[1]} or newer")
+
+
+def allowed_clients(cluster: Cluster, worker: HostPlan) -> list[str]:
+    """Who may open a worker's RPC port: rpc_allow_from, or the coordinator's address."""
+    return list(worker.settings["rpc_allow_from"] or [cluster.coordinator.address])
+
+
+def firewall_admits_addresses(cluster: Cluster, inventory_file: str) -> None:
+    for worker in cluster.workers:
+        if not worker.settings["rpc_firewall"]:
+            continue
+        for client in allowed_clients(cluster, worker):
+            try:
+                ipaddress.ip_network(client, strict=False)
+            except ValueError:
+                where, key = ((worker.origins["rpc_allow_from"], "rpc_allow_from") if worker.settings["rpc_allow_from"]
+                              else (cluster.coordinator.origins["address"], "address"))
+                if where == "default":  # the address is the coordinator's inventory name
+                    where = f"{inventory_file} (host {cluster.coordinator.name})"
+                raise SettingsError(
+                    f"{where}: {key} = {client!r} (the source {worker.name}'s firewall admits to rpc_port): expected an "
+                    "IP address or network (set address to the coordinator's IP, or rpc_allow_from, or rpc_firewall = False)"
+                ) from None
+
+
+def api_key(cluster: Cluster) -> str:
+    """The API key from llama_api_key_file, checked: the file exists, only its owner may read it, one word."""
+    setting = cluster.settings["llama_api_key_file"]
+    where = cluster.coordinator.origins["llama_api_key_file"]
+    path = Path(setting).expanduser()
+    try:
+        mode = path.stat().st_mode & 0o777
+        text = path.read_text()
+    except OSError as error:
+        raise SettingsError(f"{where}: llama_api_key_file = {setting!r}: {error.strerror}: expected a file on this "
+                            "machine holding the key (umask 077; openssl rand -hex 32 > FILE)") from None
+    if mode & 0o077:
+        raise SettingsError(f"{where}: llama_api_key_file = {setting!r} has mode {mode:o}: expected 600 or 400 "
+                            f"(chmod 600 {path})")
+    key = text.strip()
+    if len(key) < 16 or any(c.isspace() for c in key):
+        raise SettingsError(f"{where}: llama_api_key_file = {setting!r}: expected one key of at least 16 characters "
+                            "without spaces (openssl rand -hex 32)")
+    return key
+
+
+def api_key_file_is_usable(cluster: Cluster, inventory_file: str) -> None:
+    if cluster.settings["llama_api_key_file"]:
+        api_key(cluster)
+
+
+CHECKS = (distinct_rpc_endpoints, model_path_is_set, no_example_addresses, same_quantized_kv_types,
+          quantized_v_has_flash_attention, rpc_port_apart_from_llama_port, one_share_per_device,
+          cuda_can_build_every_gpu, firewall_admits_addresses, api_key_file_is_usable)

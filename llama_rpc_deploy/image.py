@@ -1,0 +1,53 @@
+"""The image's identity: what it is built for (CUDA architectures), its build arguments and its tag.
+
+The tag is name:REF-HASH, HASH over the source, the image's files and the build arguments: the same
+inputs always give the same tag, so an image that is already there is never built again, and a
+changed input never reuses an old image.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from .cluster import Cluster
+from .source import Source
+
+FILES = Path(__file__).resolve().parent.parent / "files"
+IMAGE_FILES = ("Dockerfile", "entrypoint.sh")  # with llama.cpp.tar.gz, the build context
+
+
+def cuda_architectures(cluster: Cluster) -> str:
+    """image_cuda_architectures, or the union of every host's GPUs ("89;120")."""
+    if cluster.settings["image_cuda_architectures"]:
+        return cluster.settings["image_cuda_architectures"]
+    archs = {g.cuda_arch for h in cluster.hosts for g in h.gpus}
+    return ";".join(sorted(archs, key=lambda a: int(re.sub(r"\D", "", a))))
+
+
+def build_args(cluster: Cluster, source: Source) -> dict[str, str]:
+    s = cluster.settings
+    args = {
+        "GGML_BACKEND": s["image_backend"],
+        "BUILD_IMAGE": s["image_build_image"],
+        "RUNTIME_IMAGE": s["image_runtime_image"],
+        "GGML_NATIVE": "ON" if s["image_cpu_native"] else "OFF",
+        "LLAMA_CPP_REF": s["llama_cpp_ref"] if source.url else "local",
+        "SOURCE_SHA256": source.ident if source.local_tarball else "unknown",
+    }
+    if s["image_backend"] == "cuda":
+        args["CUDA_ARCHITECTURES"] = cuda_architectures(cluster)
+    if s["image_build_jobs"]:
+        args["BUILD_JOBS"] = str(s["image_build_jobs"])
+    return args
+
+
+def tag(cluster: Cluster, source: Source, files_dir: Path = FILES) -> str:
+    """name:REF-HASH (see the module's docstring)."""
+    digest = hashlib.sha256(source.ident.encode())
+    for name in IMAGE_FILES:
+        digest.update((files_dir / name).read_bytes())
+    for key, value in sorted(build_args(cluster, source).items()):
+        digest.update(f"{key}={value}\n".encode())
+    ref = re.sub(r"[^0-9A-Za-z_.-]", "-", cluster.settings["llama_cpp_ref"] if source.url else "local")[:40]
+    return f"{cluster.settings['image_name']}:{ref}-{digest.hexdigest()[:12]}"
