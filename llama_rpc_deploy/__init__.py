@@ -1,10 +1,28 @@
-"""llama-rpc-deploy: the parts of the deploy that can be checked without any host.
+"""llama-rpc-deploy: everything deploy.py runs, and the commands around it.
 
-settings  - every setting, its default and its check (the schema)
-plan      - the cluster as the deploy sees it: devices, endpoints, image tag
-render    - launch scripts and systemd units from templates/
-source    - the llama.cpp source tarball that the coordinator builds from
-facts     - pyinfra facts read on the hosts before anything changes
-testmodel - a small llama GGUF with random weights, for the lab and the tests
-lab       - the local lab: containers that behave like real hosts
+A setting's way, from what a user edits to what runs on a host:
+userdata       - group_data/*.yml, read for pyinfra by group_data/*.py (file:line:column errors)
+settings       - every setting: its default (the only place), its check, who reads it; layers() is
+                 the one place where precedence (--data, host, group, all) is written
+cluster        - the hosts as the deploy sees them: roles, devices in order, RPC endpoints
+cluster_checks - the checks that span settings or hosts, each a named function
+deployment     - the checked cluster with the llama.cpp source and the image tag; offline and from pyinfra
+render         - launch scripts and units from templates/, programs of files/ with their env files
+programs       - the bash programs of files/ and their environment files
+
+The deploy itself (pyinfra inventory.py deploy.py):
+run            - one pyinfra run's shared state (files replaced, workers restarted, the health check)
+phases/        - checks, build, services, rollback: the operations, per role
+facts          - pyinfra facts read on the hosts before anything changes
+operations     - a pyinfra operation pyinfra lacks (a secret file, never shown)
+image          - the image's identity: CUDA architectures, build arguments, tag
+source         - the llama.cpp source tarball the coordinator builds from
+transfer       - the image's way from the coordinator to a worker
+
+Around it (python -m llama_rpc_deploy COMMAND runs the module of the same name):
+plan           - the capacity planner; gguf_header reads what it needs from a GGUF file
+bench, client  - tokens/s against the planner's ceiling; requests to llama-server
+loadtest       - concurrent clients, time until serving again (tests, bench)
+lab            - the local lab: containers that behave like real hosts
+testmodel      - a small llama GGUF with random weights, for the lab and the tests
 """

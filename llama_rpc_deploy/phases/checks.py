@@ -1,0 +1,79 @@
+"""Before any change: stop when a host lacks what the deploy needs, or the model does not fit."""
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from pyinfra import host, inventory, logger
+from pyinfra.api.exceptions import DeployError
+from pyinfra.facts.files import Directory, File
+
+from .. import facts, gguf_header, plan
+from ..cluster import SERVICE_USER
+from ..run import Run
+
+
+def ssh_port(worker) -> int:
+    """The port the coordinator uses to reach a worker's sshd (the inventory's, unless set apart)."""
+    return worker.settings["transfer_ssh_port"] or inventory.get_host(worker.name).data.get("ssh_port", 22)
+
+
+def host_is_ready(run: Run, role: str) -> None:
+    """Commands, the NVIDIA runtime, free ports, the model file, reachable workers."""
+    cluster = run.deployment.cluster
+    me = cluster.host(host.name)
+    s = me.settings
+    needed = ("docker", "zstd", "systemctl", "bash") + (("iptables", "iptables-restore") if role == "worker" and s["rpc_firewall"] else ())
+    missing = host.get_fact(facts.MissingCommands, names=needed)
+    if missing:
+        raise DeployError(f"{host.name}: {', '.join(missing)} not found: install them first (Docker Engine, zstd, iptables)")
+    if me.gpus and cluster.settings["image_backend"] == "cuda" and "nvidia" not in host.get_fact(facts.DockerRuntimes):
+        raise DeployError(f"{host.name}: gpus = {s['gpus']!r} but Docker has no nvidia runtime: "
+                          "install the NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker)")
+    found = host.get_fact(facts.NvidiaGpus)
+    if found and len(found) != len(me.gpus):
+        logger.warning(f"{host.name}: nvidia-smi lists {len(found)} GPUs ({', '.join(n for n, _ in found)}), "
+                       f"gpus lists {len(me.gpus)}: the plan and the device order follow gpus")
+    key, ours = ("llama_port", "llama-server") if role == "coordinator" else ("rpc_port", "rpc-server")
+    listener = host.get_fact(facts.TcpListener, port=s[key])
+    if listener is not None and listener != ours:
+        raise DeployError(f"{host.name}: port {s[key]} is taken by {listener or 'another process'}: "
+                          f"expected it free for {ours} (change {key})")
+    if role == "coordinator":
+        model_is_readable(me)
+        for worker in cluster.workers:
+            if not host.get_fact(facts.TcpReachable, address=worker.address, port=ssh_port(worker)):
+                raise DeployError(f"{host.name} cannot reach {worker.name}'s sshd at {worker.address}:{ssh_port(worker)}: "
+                                  "the coordinator sends the image that way (set address or transfer_ssh_port)")
+    if role == "worker" and not host.get_fact(facts.SshHostKey):
+        raise DeployError(f"{host.name}: no /etc/ssh/ssh_host_ed25519_key.pub: the coordinator needs it to send the image")
+
+
+def model_is_readable(me) -> None:
+    model, where = me.settings["llama_model_path"], me.origins["llama_model_path"]
+    found = host.get_fact(File, path=model)
+    if not found:
+        raise DeployError(f"{where}: llama_model_path = {model!r}: no such file on the coordinator {host.name}")
+    folder = host.get_fact(Directory, path=str(PurePosixPath(model).parent))
+    if not (int(str(found["mode"]), 8) & 0o004 and folder and int(str(folder["mode"]), 8) & 0o005 == 0o005):
+        raise DeployError(f"{where}: llama_model_path = {model!r}: llama-server runs as the unprivileged user "
+                          f"{SERVICE_USER}, which cannot read it on {host.name}: expected the file readable by "
+                          "others and its folder listable (chmod o+r FILE; chmod o+rx FOLDER)")
+
+
+def model_fits(run: Run) -> None:
+    """The planner, on the model file's header read from the coordinator: refuse what won't fit,
+    warn on what the seed measured slow, and resolve llama_tensor_split = 'auto'."""
+    cluster = run.deployment.cluster
+    model_path = cluster.settings["llama_model_path"]
+    try:
+        model = gguf_header.read_remote_model(
+            lambda limit: host.get_fact(facts.GgufHeader, path=model_path, limit=limit))
+    except Exception as error:  # not a GGUF file
+        raise DeployError(f"llama_model_path = {model_path!r}: {error}") from None
+    capacity = plan.plan_cluster(cluster, model)
+    for line in capacity.table().splitlines():
+        logger.info(f"    [plan] {line}")
+    if capacity.problems:
+        raise DeployError("; ".join(capacity.problems) + " (python3 -m llama_rpc_deploy plan shows the table)")
+    if cluster.settings["llama_tensor_split"] == "auto":
+        run.use_split(capacity.split)

@@ -1,0 +1,41 @@
+"""When the new version failed its health check: every host keeps the failed version's files and
+logs, puts back what this run replaced (the launch scripts and units name the previous image, which
+is never deleted), and restarts; the coordinator waits for /health again and the deploy exits 1."""
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import server
+
+from .. import render
+from ..run import Run
+from .services import health_probe, wait_for_health
+
+
+@deploy("Roll back when the new version failed its health check")
+def roll_back(run: Run, role: str):
+    cluster = run.deployment.cluster
+    failed = f"{cluster.settings['state_dir']}/failed/{run.run_id}"
+    unit = render.COORDINATOR_UNIT if role == "coordinator" else render.WORKER_UNIT
+    replaced = run.replaced.get(host.name, [])
+    server.shell(name=f"Keep the failed version's files and {unit} log in {failed}",
+                 commands=[f"mkdir -p {failed} && journalctl -u {unit} -n 2000 --no-pager > {failed}/{unit}.log; "
+                           + "".join(f"cp -a {path} {failed}/; " for path, _ in replaced)],
+                 _if=run.health_failed)
+    for path, kept in replaced:
+        server.shell(name=f"Put back {path}", commands=[f"cp -a {path}.previous {path}"],
+                     _if=lambda kept=kept: run.health_failed() and kept.did_change())
+    reload_firewall = role == "worker" and cluster.host(host.name).settings["rpc_firewall"]
+    firewall = f"systemctl reload {render.FIREWALL_UNIT}; " if reload_firewall else ""
+    server.shell(name=f"Restart {unit} on the previous version",
+                 commands=[f"systemctl daemon-reload; {firewall}systemctl restart {unit}"], _if=run.health_failed)
+    if role == "coordinator":
+        url, _ = health_probe(cluster)
+        server.shell(name="Previous version healthy again?", commands=[wait_for_health(cluster)],
+                     _if=run.health_failed, _ignore_errors=True)
+        server.shell(
+            name="Say so: the new version was rolled back",
+            commands=[f"echo 'the new version failed its health check ({url}): every host is back on the previous "
+                      f"launch scripts, units and image; the failed version and its logs are in {failed} on each host' >&2; exit 1"],
+            _if=run.health_failed)
+

@@ -1,0 +1,103 @@
+"""The services: on each worker the firewall, rpc-server and its watchdog; on the coordinator
+llama-server (after its workers), the wait for /health, and its watchdog. Only what a change
+affects restarts; every file a deploy replaces stays next to the new one as PATH.previous."""
+from __future__ import annotations
+
+import hashlib
+import os
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.files import Sha1File
+from pyinfra.operations import files, server, systemd
+
+from .. import operations, render
+from ..cluster import SERVICE_USER
+from ..run import Run
+
+
+def put(run: Run, path: str, content: str, mode: str = "644"):
+    """Upload rendered content. When it replaces different content, the old file stays as PATH.previous:
+    the last working launch scripts and units survive a deploy that goes wrong."""
+    current = host.get_fact(Sha1File, path=path)
+    if current and current != hashlib.sha1(content.encode()).hexdigest():
+        keep = server.shell(name=f"Keep {path} as {path}.previous", commands=[f"cp -a {path} {path}.previous"])
+        run.keep_replaced(host.name, path, keep)
+    return files.put(name=f"Install {path}", src=StringIO(content), dest=path, mode=mode)
+
+
+def put_all(run: Run, rendered: dict[str, str]) -> list:
+    """put() each file (scripts executable); returns the operations."""
+    return [put(run, path, content, mode="755" if path.endswith(".sh") else "644") for path, content in rendered.items()]
+
+
+def service(name: str, unit: str, files_ops: list, **arguments):
+    """The unit running and enabled, restarted (after a daemon-reload) when its files change: a plain
+    `systemctl restart`, not pyinfra's start-when-stopped, so that a unit still starting on its old files
+    (llama-server's wait for its workers) starts over on the new ones."""
+    if any(op.will_change for op in files_ops):
+        return server.shell(name=name, commands=[f"systemctl daemon-reload && systemctl enable --quiet {unit} && "
+                                                 f"systemctl restart {unit}"], **arguments)
+    return systemd.service(name=name, service=unit, running=True, enabled=True, **arguments)
+
+
+@deploy("rpc-server on the worker")
+def install_worker(run: Run):
+    cluster, image = run.deployment.cluster, run.deployment.image
+    me = cluster.host(host.name)
+    firewall = render.firewall_files(cluster, me)
+    if firewall:  # before rpc-server (re)starts; a reload re-applies the rule without restarting rpc-server
+        will_change = {path: op.will_change for path, op in zip(firewall, put_all(run, firewall))}
+        systemd.service(name="Firewall: RPC port from the coordinator only", service=render.FIREWALL_UNIT,
+                        running=True, enabled=True,
+                        reloaded=any(c for path, c in will_change.items() if not path.endswith(".service")),
+                        daemon_reload=any(c for path, c in will_change.items() if path.endswith(".service")))
+    run.worker_services[host.name] = service("rpc-server running and enabled", render.WORKER_UNIT,
+                                             put_all(run, render.worker_files(cluster, me, image)),
+                                             _ignore_errors=True)  # the health check decides
+    service("Watchdog: restart rpc-server when it holds a dead client", render.WORKER_WATCHDOG_UNIT,
+            put_all(run, render.worker_watchdog_files(me)))
+
+
+def health_probe(cluster) -> tuple[str, str]:
+    """(the /health URL, a command on the coordinator that succeeds when it answers ok)."""
+    s = cluster.settings
+    url = f"http://{s['llama_host'] or cluster.coordinator.address}:{s['llama_port']}/health"
+    return url, f"docker exec llama-server curl -fsS --max-time 5 {url}"
+
+
+def wait_for_health(cluster) -> str:
+    _, probe = health_probe(cluster)
+    return (f"for i in $(seq {cluster.settings['llama_health_timeout']}); do {probe} && exit 0; sleep 1; done; "
+            f"journalctl -u {render.COORDINATOR_UNIT} -n 40 --no-pager; exit 1")
+
+
+@deploy("llama-server on the coordinator")
+def install_coordinator(run: Run):
+    cluster, image = run.deployment.cluster, run.deployment.image
+    s = cluster.settings
+    changed = put_all(run, render.coordinator_files(cluster, image))
+    if s["llama_api_key_file"]:
+        # /etc/llama-rpc (mode 700) was made by distribute_image; no .previous copy of a secret
+        changed.insert(0, operations.secret_file(
+            name=f"API key as {render.API_KEY_PATH} (mode 400, owner {SERVICE_USER}, content never shown)",
+            src=os.path.expanduser(s["llama_api_key_file"]), dest=render.API_KEY_PATH,
+            user=SERVICE_USER, group=SERVICE_USER))
+    started = service("llama-server running and enabled", render.COORDINATOR_UNIT, changed,
+                      _ignore_errors=True)  # the health check below decides
+    after_workers = server.shell(
+        name="Restart llama-server after its workers restarted", commands=[f"systemctl restart {render.COORDINATOR_UNIT}"],
+        _ignore_errors=True, _if=lambda: run.coordinator_restart_needed(started))
+    url, probe = health_probe(cluster)
+
+    def not_healthy_now():
+        """Checked when the operation runs: after a restart, or whenever /health is not ok (a worker
+        restarted, say). A healthy server that nothing touched is left alone: no change."""
+        return started.did_change() or after_workers.did_change() or not host.run_shell_command(probe)[0]
+
+    # a failure here is not the end: rollback.py puts the previous version back on every host
+    run.health_check = server.shell(name=f"Wait for {url} (at most {s['llama_health_timeout']} s)",
+                                    commands=[wait_for_health(cluster)], _if=not_healthy_now, _ignore_errors=True)
+    service("Watchdog: restart llama-server when it loses a worker", render.WATCHDOG_UNIT,
+            put_all(run, render.watchdog_files(cluster)))

@@ -1,0 +1,54 @@
+"""One pyinfra run's shared state: what every host's operations work from and tell each other.
+
+pyinfra runs deploy.py once per host and creates every host's operations before the first one runs,
+so whatever one host's operation must learn from another's (did a worker restart? did the health
+check fail?) is decided when the operation runs, from the operations recorded here. There is one Run
+per pyinfra State (`Run.of`), with named fields; nothing is kept in module globals.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .deployment import Deployment, from_pyinfra, inventory_file
+
+
+@dataclass
+class Run:
+    deployment: Deployment  # the checked cluster, the llama.cpp source, the image tag
+    run_id: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    # host name -> [(path, the operation that kept the old file as path.previous)]
+    replaced: dict[str, list] = field(default_factory=dict)
+    # worker name -> the operation that (re)starts its rpc-server
+    worker_services: dict[str, object] = field(default_factory=dict)
+    health_check: object | None = None  # the coordinator's wait for /health; failed: every host rolls back
+
+    @classmethod
+    def of(cls, state, inventory) -> Run:
+        """The Run of this pyinfra run: made (settings checked, source hashed) by the first host's deploy.py."""
+        run = getattr(state, "llama_rpc_run", None)
+        if run is None:
+            run = cls(from_pyinfra(inventory, inventory_file=inventory_file()))
+            state.llama_rpc_run = run
+        return run
+
+    def use_split(self, split: list) -> None:
+        """llama_tensor_split = 'auto' resolved by the planner, for every later phase."""
+        self.deployment = self.deployment.with_split(split)
+
+    def keep_replaced(self, host: str, path: str, operation) -> None:
+        self.replaced.setdefault(host, []).append((path, operation))
+
+    def workers_restarted(self) -> bool:
+        """Whether this run (re)started any worker's rpc-server (asked when an operation runs)."""
+        return any(op.did_change() for op in self.worker_services.values())
+
+    def health_failed(self) -> bool:
+        check = self.health_check
+        return check is not None and check.is_complete() and check.did_error()
+
+    def coordinator_restart_needed(self, started: object) -> bool:
+        """llama-server cannot reconnect to an rpc-server that restarted (it aborts on the next request),
+        so it restarts whenever this run (re)started a worker, unless `started` (its own start or restart
+        in this run, after the workers) already did."""
+        return not started.did_change() and self.workers_restarted()
