@@ -2,15 +2,16 @@
 
     pyinfra inventory.py deploy.py
 
-The phases, in order; each lives in llama_rpc_deploy/phases/, chosen here by inventory group:
-  1. checks:   every setting (config.py, before connecting), then what each host has and whether the
-               model fits (before anything changes)
-  2. build:    the unprivileged user the containers run as; the image built once on the coordinator
-               and streamed to every worker that lacks it (docker save | zstd | ssh | docker load)
-  3. services: workers: the firewall rule and rpc-server; then the coordinator: llama-server after its
-               workers, and the wait for /health
-  4. rollback: when that health check failed, every host goes back to its previous version
-Barriers between the phases make every host finish one before any host starts the next.
+The lines at the end are the whole deploy, in order: each step runs on the hosts of the roles it names
+(the inventory's groups coordinator and workers); a barrier makes every host finish what comes before
+it before any host goes on. The steps live in llama_rpc_deploy/phases/:
+  checks    every setting (config.py, before connecting), then what each host has and whether the
+            model fits (before anything changes)
+  build     the unprivileged user the containers run as; the image built once on the coordinator
+            and streamed to every worker that lacks it (docker save | zstd | ssh | docker load)
+  services  workers: the firewall rule and rpc-server; then the coordinator: llama-server after its
+            workers, and the wait for /health
+  rollback  when that health check failed, every host goes back to its previous version
 """
 from pyinfra import host, inventory, state
 from pyinfra.api.exceptions import DeployError
@@ -23,32 +24,30 @@ try:
     run = Run.of(state, inventory)
 except (SettingsError, FileNotFoundError) as error:
     raise DeployError(str(error)) from None
-role = run.deployment.cluster.role(host.name)
+role = run.deployment.cluster.role(host.name)  # "none" for a host in neither group: nothing to do
+EVERY, COORDINATOR, WORKERS = {"coordinator", "worker"}, {"coordinator"}, {"worker"}
+
+
+def on(roles, step):
+    """step(run) on this host when its role is one of roles. (One call a line, not a loop: pyinfra
+    orders the hosts' operations by the line numbers they were called from.)"""
+    if role in roles:
+        step(run)
+
 
 if role != "none":
-    checks.host_is_ready(run, role)
-    if role == "coordinator":
-        checks.model_fits(run)
-
-    build.service_user()
-    if role == "worker":
-        build.prepare_worker(run)
-    if role == "coordinator":
-        build.build_image(run)
+    on(EVERY, checks.host_is_ready)
+    on(COORDINATOR, checks.model_fits)
+    on(EVERY, build.service_user)
+    on(WORKERS, build.prepare_worker)
+    on(COORDINATOR, build.build_image)
     barrier(run, "image built, workers ready to receive it")
-    if role == "coordinator":
-        build.distribute_image(run)
+    on(COORDINATOR, build.distribute_image)
     barrier(run, "the same image on every host")
-
-    if role == "worker":
-        services.install_worker(run)
+    on(WORKERS, services.install_worker)
     barrier(run, "rpc-server running on every worker")
-    if role == "coordinator":
-        services.install_coordinator(run)
+    on(COORDINATOR, services.install_coordinator)
     barrier(run, "llama-server checked")
-
-    if role == "worker":
-        rollback.roll_back(run, role)
+    on(WORKERS, rollback.roll_back)
     barrier(run, "workers rolled back, if the new version failed")
-    if role == "coordinator":
-        rollback.roll_back(run, role)
+    on(COORDINATOR, rollback.roll_back)

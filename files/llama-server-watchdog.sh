@@ -1,7 +1,7 @@
 #!/bin/bash
 # Watchdog for llama-server on the coordinator: restart it when it has lost a worker.
 # Shipped as is by llama-rpc-deploy (files/); run by llama-server-watchdog.service.
-# Usage: llama-server-watchdog.sh [--passes N]   N looks, then exit 0 (default: look for ever)
+# Usage: llama-server-watchdog.sh [--passes N]   N looks, then exit 0 (default: look for ever); needs watchdog-loop.sh beside it
 #
 # llama-server cannot reconnect to a worker: once a worker's rpc-server restarted (crash, worker
 # reboot), or the network between them dropped, llama-server answers /health with ok and then
@@ -20,17 +20,9 @@
 #   SERVER_UNIT      llama-server's systemd unit
 set -u  # a setting missing from the env file stops the watchdog instead of reading as empty
 
-usage() { echo "usage: $0 [--passes N]" >&2; exit 2; }
-passes=  # empty: for ever
-while [ $# -gt 0 ]; do
-  case $1 in
-    --passes) [[ $# -ge 2 && $2 =~ ^[0-9]+$ ]] || usage; passes=$2; shift 2 ;;
-    *) usage ;;
-  esac
-done
-
-# shellcheck source=/dev/null
-. "${LLAMA_RPC_ENV:-${0%.sh}.env}" || exit 1
+# shellcheck source=SCRIPTDIR/watchdog-loop.sh
+. "$(dirname "$0")/watchdog-loop.sh" || exit 1
+watchdog_settings "$@"
 : "${RPC_ENDPOINTS:?}" "${INTERVAL:?}" "${RETRANSMISSIONS:?}" "${GRACE:?}" "${SERVER_UNIT:?}"  # required
 read -ra endpoints <<< "$RPC_ENDPOINTS"  # no pathname expansion: "[fd00::1]:50052" is a glob
 
@@ -63,9 +55,4 @@ look() {  # one look at llama-server's connections; restarts it when one of them
   done
 }
 
-pass=0
-while [ -z "$passes" ] || [ "$pass" -lt "$passes" ]; do
-  sleep "$INTERVAL" || exit 1
-  look
-  pass=$((pass + 1))
-done
+watch look

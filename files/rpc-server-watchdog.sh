@@ -1,7 +1,7 @@
 #!/bin/bash
 # Watchdog for rpc-server on a worker: restart it when it holds on to a dead client.
 # Shipped as is by llama-rpc-deploy (files/); run by rpc-server-watchdog.service.
-# Usage: rpc-server-watchdog.sh [--passes N]   N looks, then exit 0 (default: look for ever)
+# Usage: rpc-server-watchdog.sh [--passes N]   N looks, then exit 0 (default: look for ever); needs watchdog-loop.sh beside it
 #
 # rpc-server serves one client at a time, and it cannot tell an idle client from a vanished one.
 # When the network to the coordinator was down long enough for llama-server to be restarted, the
@@ -17,17 +17,9 @@
 #   SERVER_UNIT  rpc-server's systemd unit
 set -u  # a setting missing from the env file stops the watchdog instead of reading as empty
 
-usage() { echo "usage: $0 [--passes N]" >&2; exit 2; }
-passes=  # empty: for ever
-while [ $# -gt 0 ]; do
-  case $1 in
-    --passes) [[ $# -ge 2 && $2 =~ ^[0-9]+$ ]] || usage; passes=$2; shift 2 ;;
-    *) usage ;;
-  esac
-done
-
-# shellcheck source=/dev/null
-. "${LLAMA_RPC_ENV:-${0%.sh}.env}" || exit 1
+# shellcheck source=SCRIPTDIR/watchdog-loop.sh
+. "$(dirname "$0")/watchdog-loop.sh" || exit 1
+watchdog_settings "$@"
 : "${RPC_PORT:?}" "${INTERVAL:?}" "${PATIENCE:?}" "${SERVER_UNIT:?}"  # required
 
 waited=0
@@ -45,9 +37,4 @@ look() {  # one look at rpc-server's accept queue; restarts it when a connection
   fi
 }
 
-pass=0
-while [ -z "$passes" ] || [ "$pass" -lt "$passes" ]; do
-  sleep "$INTERVAL" || exit 1
-  look
-  pass=$((pass + 1))
-done
+watch look

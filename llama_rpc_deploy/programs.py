@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 PROGRAMS = ("wait-for-workers.sh", "llama-server-watchdog.sh", "rpc-server-watchdog.sh", "rpc-firewall.sh")
+WATCHDOG_LIBRARY = "watchdog-loop.sh"  # what both watchdogs share (command line, settings, loop), beside them
 FILES = Path(__file__).resolve().parent.parent / "files"
 
 _KEY = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -21,7 +22,7 @@ _KEY = re.compile(r"[A-Z][A-Z0-9_]*")
 
 def text(name: str) -> str:
     """The content of the program `name` (one of PROGRAMS) as it ships."""
-    if name not in PROGRAMS:
+    if name not in (*PROGRAMS, WATCHDOG_LIBRARY):
         raise ValueError(f"{name!r} is not one of the deploy's programs: {', '.join(PROGRAMS)}")
     return (FILES / name).read_text()
 

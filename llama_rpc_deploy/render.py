@@ -101,8 +101,10 @@ def rpc_server_args(worker: HostPlan) -> list[str]:
 
 
 def _program(deploy_dir: str, name: str, env: str) -> dict[str, str]:
-    """A program of files/ and its environment file, side by side (the program reads NAME.env)."""
-    return {f"{deploy_dir}/{name}": programs.text(name),
+    """A program of files/ and its environment file, side by side (the program reads NAME.env);
+    a watchdog with the loop it sources."""
+    library = [programs.WATCHDOG_LIBRARY] if name.endswith("-watchdog.sh") else []
+    return {**{f"{deploy_dir}/{n}": programs.text(n) for n in (*library, name)},
             f"{deploy_dir}/{name.removesuffix('.sh')}.env": env}
 
 

@@ -17,9 +17,10 @@ def ssh_port(worker) -> int:
     return worker.settings["transfer_ssh_port"] or inventory.get_host(worker.name).data.get("ssh_port", 22)
 
 
-def host_is_ready(run: Run, role: str) -> None:
+def host_is_ready(run: Run) -> None:
     """Commands, the NVIDIA runtime, free ports, the model file, reachable workers."""
     cluster = run.deployment.cluster
+    role = cluster.role(host.name)
     me = cluster.host(host.name)
     s = me.settings
     needed = ("docker", "zstd", "systemctl", "bash") + (("iptables", "iptables-restore") if role == "worker" and s["rpc_firewall"] else ())

@@ -13,8 +13,9 @@ from .services import health_probe, wait_for_health
 
 
 @deploy("Roll back when the new version failed its health check")
-def roll_back(run: Run, role: str):
+def roll_back(run: Run):
     cluster = run.deployment.cluster
+    role = cluster.role(host.name)
     failed = f"{cluster.settings['state_dir']}/failed/{run.run_id}"
     unit = render.COORDINATOR_UNIT if role == "coordinator" else render.WORKER_UNIT
     replaced = run.replaced.get(host.name, [])

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from llama_rpc_deploy import programs, render
-from llama_rpc_deploy.programs import (FILES, PROGRAMS, env_file, firewall_env, llama_server_watchdog_env,
+from llama_rpc_deploy.programs import (FILES, PROGRAMS, WATCHDOG_LIBRARY, env_file, firewall_env, llama_server_watchdog_env,
                                        rpc_server_watchdog_env, wait_for_workers_env)
 
 from .helpers import cluster
@@ -129,7 +129,7 @@ def test_env_functions_name_each_programs_settings():
 def test_shellcheck(name):
     shellcheck = shutil.which("shellcheck")
     assert shellcheck, "shellcheck is not installed: apt-get install shellcheck"
-    result = subprocess.run([shellcheck, "--norc", "--severity=style", name], cwd=FILES, capture_output=True,
+    result = subprocess.run([shellcheck, "--norc", "--external-sources", "--severity=style", name], cwd=FILES, capture_output=True,
                             text=True, timeout=30)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -161,6 +161,7 @@ def test_the_settings_file_is_next_to_the_program(tmp_path, name):
     (tmp_path / "opt").mkdir()
     script = tmp_path / "opt" / name
     script.symlink_to(FILES / name)
+    (tmp_path / "opt" / WATCHDOG_LIBRARY).symlink_to(FILES / WATCHDOG_LIBRARY)  # shipped beside the watchdogs
     result = subprocess.run([*interpreter(name), str(script), *(["--passes", "0"] if "watchdog" in name else [])],
                             capture_output=True, text=True, timeout=10, env={"PATH": "/usr/bin:/bin"})
     assert result.returncode != 0 and str(tmp_path / "opt" / name.replace(".sh", ".env")) in result.stderr

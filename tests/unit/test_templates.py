@@ -57,11 +57,14 @@ def test_every_template_is_rendered():
 def test_rendered_shell_scripts_pass_shellcheck(rendered, tmp_path):
     assert shutil.which("shellcheck"), "shellcheck is missing: apt-get install shellcheck (scripts/setup-machine.sh does)"
     scripts = []
-    for i, (path, text) in enumerate(rendered.items()):
+    for path, text in rendered.items():  # each host's files in a folder of its own, as on the host
         if path.endswith(".sh"):
-            scripts.append(tmp_path / f"{i}-{Path(path.split(':')[-1]).name}")
+            host, _, path = path.rpartition(":")
+            scripts.append(tmp_path / (host or "coordinator") / Path(path).name)
+            scripts[-1].parent.mkdir(exist_ok=True)
             scripts[-1].write_text(text)
-    result = subprocess.run(["shellcheck", "--severity=style", *map(str, scripts)], capture_output=True, text=True)
+    result = subprocess.run(["shellcheck", "--external-sources", "--severity=style", *map(str, scripts)],
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
 
 

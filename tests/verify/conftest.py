@@ -85,4 +85,4 @@ def worker(worker_name, connect):
 
 @pytest.fixture
 def worker_plan(worker_name, deployment):
-    return deployment.host(worker_name)
+    return deployment.cluster.host(worker_name)
