@@ -1,6 +1,8 @@
 """What deploy.py works from: the checked cluster, the llama.cpp source, the image tag.
 
-Built once per pyinfra run from the loaded inventory, before any operation, so a
+Two ways to it, with the same layers (settings.layers) and the same checks: from pyinfra's loaded
+inventory (`from_pyinfra`, once per run, see run.py) and from the files alone (`offline_cluster`:
+config.py's preflight before pyinfra connects, the commands, the verification suite). Either way a
 bad setting stops the deploy before the first host is touched.
 """
 from __future__ import annotations
@@ -69,7 +71,8 @@ def from_pyinfra(inventory, inventory_file: str = "inventory.py") -> Deployment:
 
 def from_cluster(cluster: Cluster, with_key: bool = True) -> Deployment:
     s = cluster.settings
-    source = resolve_source(s["llama_cpp_source"], s["llama_cpp_ref"], STATE / "sources")
+    source = resolve_source(s["llama_cpp_source"], s["llama_cpp_ref"], STATE / "sources", s["llama_cpp_url"],
+                            s["llama_cpp_sha256"], STATE / "sources.lock")
     return Deployment(cluster=cluster, source=source, image=image.tag(cluster, source),
                       transfer_key=transfer_key() if with_key else None)
 

@@ -32,8 +32,9 @@ def build_args(cluster: Cluster, source: Source) -> dict[str, str]:
         "BUILD_IMAGE": s["image_build_image"],
         "RUNTIME_IMAGE": s["image_runtime_image"],
         "GGML_NATIVE": "ON" if s["image_cpu_native"] else "OFF",
-        "LLAMA_CPP_REF": s["llama_cpp_ref"] if source.url else "local",
-        "SOURCE_SHA256": source.ident if source.local_tarball else "unknown",
+        "LLAMA_CPP_REF": s["llama_cpp_ref"],
+        "LLAMA_BUILD_NUMBER": str(s["llama_cpp_build_number"]),
+        "SOURCE_SHA256": source.ident if source.local_tarball else "unknown",  # a download: checked before the build
     }
     if s["image_backend"] == "cuda":
         args["CUDA_ARCHITECTURES"] = cuda_architectures(cluster)
@@ -49,5 +50,5 @@ def tag(cluster: Cluster, source: Source, files_dir: Path = FILES) -> str:
         digest.update((files_dir / name).read_bytes())
     for key, value in sorted(build_args(cluster, source).items()):
         digest.update(f"{key}={value}\n".encode())
-    ref = re.sub(r"[^0-9A-Za-z_.-]", "-", cluster.settings["llama_cpp_ref"] if source.url else "local")[:40]
+    ref = f"b{cluster.settings['llama_cpp_build_number']}" if source.url else "local"
     return f"{cluster.settings['image_name']}:{ref}-{digest.hexdigest()[:12]}"

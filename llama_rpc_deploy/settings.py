@@ -83,11 +83,24 @@ class Setting:
 S = Setting
 SETTINGS: tuple[Setting, ...] = (
     # --- llama.cpp source and image ---
-    S("llama_cpp_ref", "0c1e57098", _str(r"[0-9a-zA-Z._/-]+", "a llama.cpp commit, tag or branch"),
-      "llama.cpp commit the image is built from (the same commit the llama-cpp-python 0.3.36 sdist vendors).", "image"),
+    S("llama_cpp_ref", "0c1e57098bba43ac29e6e3b677cdceebdd22334f", _str(r"[0-9a-f]{40}", "a full 40-character commit"),
+      "llama.cpp commit the image is built from: release b11312, 2026-10-01 (also what the llama-cpp-python "
+      "0.3.36 sdist vendors). A full commit, so that it names one tree.", "image"),
+    S("llama_cpp_build_number", 11312, _int(0),
+      "The release number of llama_cpp_ref (bNNNN), so that llama-server reports its version (/props, "
+      "system_fingerprint); a tarball has no git history to count it from.", "image"),
+    S("llama_cpp_url", "https://github.com/ggml-org/llama.cpp/archive/{ref}.tar.gz",
+      _str(r"https?://\S*\{ref\}\S*", "a http(s):// URL with {ref} in it"),
+      "Where the coordinator downloads llama_cpp_ref from ({ref} stands for the commit): GitHub, or your "
+      "mirror or proxy.", "image"),
+    S("llama_cpp_sha256", None, _optional(_str(r"[0-9a-f]{64}", "a sha256 (64 hex digits)")),
+      "The downloaded tarball's sha256; a tarball with another is refused before it is built. None: the first "
+      "download's sha256 is recorded on the control machine (.state/sources.lock) and every later download "
+      "must match it; pin it here to check the first one too.", "image"),
     S("llama_cpp_source", None, _optional(_str()),
-      "None: the coordinator fetches llama_cpp_ref from GitHub. A path on the control machine to a llama.cpp "
-      "tree (or an sdist that vendors one) or a .tar.gz of one: uploaded instead, for offline use.", "image"),
+      "None: the coordinator downloads llama_cpp_ref from llama_cpp_url. A path on the control machine to a "
+      "llama.cpp tree (or an sdist that vendors one) or a .tar.gz of one: uploaded instead, for offline use.",
+      "image"),
     S("image_name", "llama-rpc", _str(r"[a-z0-9][a-z0-9._/-]*", "a Docker repository name"),
       "Image repository; the tag is derived from the source, the Dockerfile and the build arguments.", "image"),
     S("image_backend", "cuda", _one_of("cuda", "cpu"), "cuda for NVIDIA GPUs, cpu for a CPU-only build (the lab).", "image"),

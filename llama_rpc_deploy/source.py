@@ -1,7 +1,9 @@
 """The llama.cpp source that the coordinator builds from.
 
-Either a pinned ref, fetched by the coordinator as a GitHub tarball, or a local
-tree or tarball on the control machine, uploaded by the deploy (offline use).
+Either a pinned commit, downloaded by the coordinator from GitHub (or a mirror) the way a package
+manager fetches a source: the tarball's sha256 must match the pinned one (llama_cpp_sha256) or, if
+none is pinned, the one recorded on the first download (.state/sources.lock on the control machine);
+or a local tree or tarball on the control machine, uploaded by the deploy (offline use).
 A local tree is packed into a reproducible tarball (sorted names, fixed owner
 and times), so the same tree always gives the same bytes, the same checksum
 and therefore the same image tag, and an unchanged tree uploads nothing.
@@ -10,10 +12,14 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
+import shlex
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from .settings import SettingsError
 
 # Parts of a llama.cpp tree that a build of llama-server and rpc-server never reads.
 EXCLUDED_TOP_LEVEL = {
@@ -21,7 +27,6 @@ EXCLUDED_TOP_LEVEL = {
     "pocs", "benches", "gguf-py", "conversion", "requirements", "ci", "skills",
 }
 TARBALL_SUFFIXES = (".tar.gz", ".tgz")
-GITHUB_TARBALL = "https://github.com/ggml-org/llama.cpp/archive/{ref}.tar.gz"
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,8 @@ class Source:
     ident: str  # goes into the image tag: the tarball's sha256, or the pinned ref
     local_tarball: Path | None  # uploaded from the control machine, or
     url: str | None  # fetched by the coordinator
+    sha256: str | None = None  # what the download must hash to (pinned or recorded); None: record it
+    lock: Path | None = None  # where the first download's sha256 is recorded (url -> sha256)
 
 
 def sha256_file(path: Path) -> str:
@@ -97,10 +104,26 @@ def pack_tree(tree: Path, cache_dir: Path) -> Path:
     return out
 
 
-def resolve_source(setting: str | None, ref: str, cache_dir: Path) -> Source:
-    """Turn the llama_cpp_source / llama_cpp_ref settings into a Source."""
+def recorded(lock: Path) -> dict[str, str]:
+    """url -> sha256 of the tarballs downloaded before."""
+    return json.loads(lock.read_text()) if lock.is_file() else {}
+
+
+def record(lock: Path, url: str, sha256: str) -> None:
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text(json.dumps({**recorded(lock), url: sha256}, indent=1, sort_keys=True) + "\n")
+
+
+def resolve_source(setting: str | None, ref: str, cache_dir: Path, url_template: str = "", pinned: str | None = None,
+                   lock: Path | None = None) -> Source:
+    """Turn the llama_cpp_source / llama_cpp_ref / llama_cpp_url / llama_cpp_sha256 settings into a Source."""
     if not setting:
-        return Source(ident=ref, local_tarball=None, url=GITHUB_TARBALL.format(ref=ref))
+        url = url_template.format(ref=ref)
+        known = recorded(lock).get(url) if lock else None
+        if pinned and known and pinned != known:
+            raise SettingsError(f"llama_cpp_sha256 = {pinned!r}, but {url} was recorded with sha256 {known} in "
+                                    f"{lock}: expected one of them (remove the line from {lock} if the pin is right)")
+        return Source(ident=ref, local_tarball=None, url=url, sha256=pinned or known, lock=lock)
     path = Path(setting).expanduser()
     if path.is_dir():
         tarball = pack_tree(path, cache_dir)
@@ -109,3 +132,28 @@ def resolve_source(setting: str | None, ref: str, cache_dir: Path) -> Source:
     else:
         raise FileNotFoundError(f"{setting} is neither a llama.cpp tree nor a .tar.gz of one")
     return Source(ident=sha256_file(tarball), local_tarball=tarball, url=None)
+
+
+def fetch_command(url: str, dest: str, sha256: str | None) -> str:
+    """A bash command for the coordinator: download url into dest, but only a tarball whose sha256 is the
+    expected one (any, when none is known yet) and that gzip can read; anything else is deleted and
+    refused with the reason, and dest (the last good tarball) stays as it was."""
+    check = [
+        f"want={shlex.quote(sha256 or '')}",
+        'have=$(sha256sum "$tmp" | cut -d" " -f1)',
+        'if [ "$have" != "$want" ]; then',
+        '  refuse "the llama.cpp source from $url has sha256 $have, expected $want (llama_cpp_sha256, or the one '
+        'recorded on its first download): refused, nothing was built or changed. A substituted or corrupted '
+        'download? If the new tarball is right, pin its sha256 in llama_cpp_sha256."',
+        "fi",
+    ] if sha256 else []
+    return "\n".join([
+        "set -o pipefail",
+        f"url={shlex.quote(url)} tmp={shlex.quote(dest + '.partial')}",
+        'refuse() { rm -f "$tmp"; printf \'%s\\n\' "$1" >&2; exit 1; }',
+        'curl -fsSL --retry 3 --connect-timeout 20 -o "$tmp" "$url" || '
+        'refuse "cannot download the llama.cpp source from $url: check llama_cpp_url"',
+        *check,
+        'gzip -t "$tmp" 2>/dev/null || refuse "the llama.cpp source from $url is not a gzip tarball: refused"',
+        f'mv "$tmp" {shlex.quote(dest)}',
+    ])

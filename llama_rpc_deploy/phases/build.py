@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import shlex
+import time
 
-from pyinfra import host, inventory
+from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
-from pyinfra.operations import files, server
+from pyinfra.api.exceptions import DeployError
+from pyinfra.facts.files import Sha256File
+from pyinfra.operations import files, python, server
 
-from .. import facts, image, transfer
+from .. import facts, image, source, transfer
 from ..cluster import SERVICE_USER
 from ..deployment import TRANSFER_KEY_COMMENT
 from ..run import Run
@@ -16,7 +19,7 @@ from .services import put
 
 
 @deploy("The unprivileged user the containers run as")
-def service_user():
+def service_user(run: Run):  # the same on every host, whatever the run
     server.user(name=f"System user {SERVICE_USER} (no login, no home)", user=SERVICE_USER, system=True,
                 shell="/usr/sbin/nologin", create_home=False, home="/nonexistent")
 
@@ -43,18 +46,61 @@ def build_image(run: Run):
     files.directory(name="Build context", path=build_dir, mode="755")
     for name in image.IMAGE_FILES:
         files.put(name=f"Build context: {name}", src=str(image.FILES / name), dest=f"{build_dir}/{name}", mode="644")
+    tarball = f"{build_dir}/llama.cpp.tar.gz"
     if dep.source.local_tarball:
-        files.put(name="llama.cpp source (uploaded)", src=str(dep.source.local_tarball),
-                  dest=f"{build_dir}/llama.cpp.tar.gz", mode="644")
-    else:
-        files.download(name=f"llama.cpp source ({dep.cluster.settings['llama_cpp_ref']})", src=dep.source.url,
-                       dest=f"{build_dir}/llama.cpp.tar.gz")
+        files.put(name="llama.cpp source (uploaded)", src=str(dep.source.local_tarball), dest=tarball, mode="644")
+    elif not dep.source.sha256 or host.get_fact(Sha256File, path=tarball) != dep.source.sha256:
+        server.shell(name=f"llama.cpp source: download {dep.source.url}, check its sha256",
+                     commands=[source.fetch_command(dep.source.url, tarball, dep.source.sha256)],
+                     _shell_executable="bash")
+        if not dep.source.sha256:
+            python.call(name=f"Record its sha256 in {dep.source.lock} (later downloads must match)",
+                        function=record_download, url=dep.source.url, lock=dep.source.lock, tarball=tarball)
     if host.get_fact(facts.DockerImageId, image=dep.image) is None:
         args = " ".join(f"--build-arg {shlex.quote(f'{k}={v}')}"
                         for k, v in sorted(image.build_args(dep.cluster, dep.source).items()))
-        server.shell(name=f"Build {dep.image}",
-                     commands=[f"cd {build_dir} && DOCKER_BUILDKIT=1 docker build --progress=plain {args} "
-                               f"--tag {dep.image} ."])
+        python.call(name=f"Build {dep.image} (minutes the first time; progress every {PROGRESS_SECONDS} s)",
+                    function=build_with_progress, build_dir=build_dir, log_dir=f"{dep.cluster.settings['state_dir']}/logs",
+                    command=f"DOCKER_BUILDKIT=1 docker build --progress=plain {args} --tag {dep.image} .")
+
+
+def record_download(url: str, lock, tarball: str) -> None:
+    """Trust on first use: the first download's sha256, kept on the control machine."""
+    ok, output = host.run_shell_command(f"sha256sum {shlex.quote(tarball)}")
+    if not ok:
+        raise DeployError(f"cannot read the sha256 of {tarball} on {host.name}")
+    sha256 = output.stdout.split()[0]
+    source.record(lock, url, sha256)
+    logger.info(f"    [{host.name}] {url}: sha256 {sha256}, recorded in {lock} (or pin it: llama_cpp_sha256)")
+
+
+PROGRESS_SECONDS = 30
+
+
+def build_with_progress(build_dir: str, log_dir: str, command: str, every: float = PROGRESS_SECONDS) -> None:
+    """docker build in build_dir, in the background on the coordinator, its latest step shown every so often
+    (a first build takes minutes), its log kept in log_dir (the latest: build.log); fails with the log's end
+    when the build does. A build still running from a deploy that was killed is waited for (flock), not raced."""
+    token = time.strftime("build-%Y%m%dT%H%M%S", time.gmtime())
+    log, rc = f"{log_dir}/{token}.log", f"{log_dir}/{token}.rc"
+    start = (f"mkdir -p {log_dir} && ln -sfn {token}.log {log_dir}/build.log && cd {shlex.quote(build_dir)} && "
+             f"(setsid flock {log_dir}/build.lock bash -c {shlex.quote(f'{command}; echo $? > {rc}')} "
+             f"> {log} 2>&1 < /dev/null &)")
+    if not host.run_shell_command(start)[0]:
+        raise DeployError(f"cannot start the image build on {host.name}")
+    began = time.monotonic()
+    while True:
+        time.sleep(min(every, 5) if time.monotonic() - began < every else every)
+        done, output = host.run_shell_command(f"cat {rc} 2>/dev/null")
+        if done and output.stdout.strip():
+            break
+        _, output = host.run_shell_command(f"grep -E '^#[0-9]+ ' {log} | tail -n 1 | cut -c1-160")
+        logger.info(f"    [{host.name}] building, {time.monotonic() - began:.0f} s: {output.stdout.strip()}")
+    if output.stdout.strip() != "0":
+        _, tail = host.run_shell_command(f"tail -n 30 {log}")
+        raise DeployError(f"the image build failed on {host.name} (the whole log: {log}):\n{tail.stdout}")
+    host.run_shell_command(f"rm -f {rc}")
+    logger.info(f"    [{host.name}] built in {time.monotonic() - began:.0f} s")
 
 
 @deploy("Carry the image to the workers")

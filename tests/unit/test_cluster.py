@@ -8,7 +8,7 @@ from llama_rpc_deploy.source import Source
 from .helpers import cluster
 
 LOCAL = Source(ident="a" * 64, local_tarball=FILES / "Dockerfile", url=None)
-REF = Source(ident="0c1e57098", local_tarball=None, url="https://example.invalid/x.tar.gz")
+REF = Source(ident="0c1e57098bba43ac29e6e3b677cdceebdd22334f", local_tarball=None, url="https://example.invalid/x.tar.gz")
 
 
 def test_seed_pair_remote_first_local_last():
@@ -68,11 +68,12 @@ def test_build_args_cuda_and_cpu():
     args = image.build_args(cluster(), REF)
     assert args["GGML_BACKEND"] == "cuda" and args["CUDA_ARCHITECTURES"] == "89;120"
     assert args["BUILD_IMAGE"].startswith("nvidia/cuda:12.8") and args["GGML_NATIVE"] == "OFF"
-    assert args["LLAMA_CPP_REF"] == "0c1e57098"
+    assert args["LLAMA_CPP_REF"] == "0c1e57098bba43ac29e6e3b677cdceebdd22334f" and args["LLAMA_BUILD_NUMBER"] == "11312"
     cpu = image.build_args(cluster(coordinator={"gpus": []}, workers=[{"gpus": []}],
                                    all_data={"image_backend": "cpu", "image_cpu_native": True}), LOCAL)
     assert cpu["GGML_BACKEND"] == "cpu" and "CUDA_ARCHITECTURES" not in cpu and cpu["GGML_NATIVE"] == "ON"
-    assert cpu["SOURCE_SHA256"] == "a" * 64 and cpu["LLAMA_CPP_REF"] == "local"
+    # a local tree is taken for llama_cpp_ref (its version); its own sha256 is what the image records
+    assert cpu["SOURCE_SHA256"] == "a" * 64 and cpu["LLAMA_CPP_REF"] == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 
 
 def test_every_build_arg_is_declared_in_the_dockerfile():
@@ -85,7 +86,8 @@ def test_every_build_arg_is_declared_in_the_dockerfile():
 def test_image_tag_is_stable_and_follows_every_input():
     base = image.tag(cluster(), REF)
     assert base == image.tag(cluster(), REF)
-    assert base.startswith("llama-rpc:0c1e57098-")
+    assert base.startswith("llama-rpc:b11312-")
+    assert image.tag(cluster(all_data={"llama_cpp_build_number": 11313}), REF) != base
     assert image.tag(cluster(all_data={"image_cuda_architectures": "86"}), REF) != base
     assert image.tag(cluster(), Source(ident="other", local_tarball=None, url="u")) != base
     assert image.tag(cluster(), LOCAL).startswith("llama-rpc:local-")

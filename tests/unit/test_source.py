@@ -1,8 +1,11 @@
 import tarfile
 
+import subprocess
+
 import pytest
 
-from llama_rpc_deploy.source import GITHUB_TARBALL, pack_tree, resolve_source, sha256_file
+from llama_rpc_deploy.settings import DEFAULTS, SettingsError
+from llama_rpc_deploy.source import fetch_command, pack_tree, record, recorded, resolve_source, sha256_file
 
 
 def make_tree(root):
@@ -48,9 +51,87 @@ def test_sdist_layout_is_found(tmp_path):
     assert source.local_tarball and source.url is None and len(source.ident) == 64
 
 
-def test_pinned_ref_is_fetched_by_the_coordinator(tmp_path):
-    source = resolve_source(None, "0c1e57098", tmp_path)
-    assert source.url == GITHUB_TARBALL.format(ref="0c1e57098") and source.ident == "0c1e57098"
+REF = DEFAULTS["llama_cpp_ref"]
+URL = DEFAULTS["llama_cpp_url"]
+
+
+def test_pinned_commit_is_fetched_by_the_coordinator_from_github_or_a_mirror(tmp_path):
+    source = resolve_source(None, REF, tmp_path, URL)
+    assert source.url == f"https://github.com/ggml-org/llama.cpp/archive/{REF}.tar.gz" and source.ident == REF
+    assert source.sha256 is None  # nothing pinned or recorded: the first download is recorded
+    mirror = resolve_source(None, REF, tmp_path, "http://mirror.lan/llama.cpp/{ref}.tgz")
+    assert mirror.url == f"http://mirror.lan/llama.cpp/{REF}.tgz"
+
+
+def test_the_first_download_is_recorded_and_a_pin_must_agree(tmp_path):
+    lock = tmp_path / "sources.lock"
+    record(lock, "http://m/a.tar.gz", "a" * 64)
+    record(lock, "http://m/b.tar.gz", "b" * 64)
+    assert recorded(lock) == {"http://m/a.tar.gz": "a" * 64, "http://m/b.tar.gz": "b" * 64}
+    assert resolve_source(None, "r", tmp_path, "http://m/a.tar.gz", lock=lock).sha256 == "a" * 64
+    assert resolve_source(None, "r", tmp_path, "http://m/a.tar.gz", pinned="a" * 64, lock=lock).sha256 == "a" * 64
+    with pytest.raises(SettingsError, match="llama_cpp_sha256 = 'cccc.*was recorded with sha256 aaaa"):
+        resolve_source(None, "r", tmp_path, "http://m/a.tar.gz", pinned="c" * 64, lock=lock)
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory):
+    """A local HTTP server with a good tarball, a corrupted copy and a different one, like a mirror gone bad."""
+    import functools
+    import http.server
+    import threading
+
+    root = tmp_path_factory.mktemp("mirror")
+    tree = root / "tree"
+    make_tree(tree)
+    good = pack_tree(tree, root / "packs")
+    (root / "good.tar.gz").write_bytes(good.read_bytes())
+    (root / "corrupted.tar.gz").write_bytes(good.read_bytes()[:-100] + bytes(100))
+    (tree / "ggml" / "CMakeLists.txt").write_text("something else")
+    (root / "substituted.tar.gz").write_bytes(pack_tree(tree, root / "packs").read_bytes())
+    (root / "not-gzip.tar.gz").write_text("<html>rate limited</html>")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.RequestHandlerClass.log_message = lambda *a: None
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", sha256_file(root / "good.tar.gz")
+    server.shutdown()
+
+
+def fetch(tmp_path, url, sha256):
+    dest = tmp_path / "build" / "llama.cpp.tar.gz"
+    dest.parent.mkdir(exist_ok=True)
+    return subprocess.run(["bash", "-c", fetch_command(url, str(dest), sha256)], capture_output=True, text=True), dest
+
+
+def test_the_download_is_kept_only_with_the_expected_sha256(tmp_path, mirror):
+    base, good = mirror
+    result, dest = fetch(tmp_path, f"{base}/good.tar.gz", good)
+    assert result.returncode == 0 and sha256_file(dest) == good
+    result, dest = fetch(tmp_path, f"{base}/good.tar.gz", None)  # nothing known yet: any gzip tarball
+    assert result.returncode == 0 and sha256_file(dest) == good
+
+
+@pytest.mark.parametrize("name,words", [
+    ("corrupted.tar.gz", "has sha256 {other}, expected {good} (llama_cpp_sha256, or the one recorded"),
+    ("substituted.tar.gz", "has sha256 {other}, expected {good} (llama_cpp_sha256, or the one recorded"),
+    ("missing.tar.gz", "cannot download the llama.cpp source from {url}: check llama_cpp_url"),
+])
+def test_a_corrupted_or_substituted_download_is_refused_and_the_last_good_one_stays(tmp_path, mirror, name, words):
+    base, good = mirror
+    fetch(tmp_path, f"{base}/good.tar.gz", good)
+    result, dest = fetch(tmp_path, f"{base}/{name}", good)
+    other = subprocess.run(["bash", "-c", f"curl -fsS {base}/{name} | sha256sum | cut -d' ' -f1"],
+                           capture_output=True, text=True).stdout.strip()
+    assert result.returncode == 1
+    assert words.format(other=other, good=good, url=f"{base}/{name}") in result.stderr
+    assert sha256_file(dest) == good and not list(dest.parent.glob("*.partial"))
+
+
+def test_a_download_that_is_not_a_tarball_is_refused_even_on_first_use(tmp_path, mirror):
+    base, _ = mirror
+    result, dest = fetch(tmp_path, f"{base}/not-gzip.tar.gz", None)
+    assert result.returncode == 1 and "is not a gzip tarball: refused" in result.stderr and not dest.exists()
 
 
 def test_not_a_tree(tmp_path):
