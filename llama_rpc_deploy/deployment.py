@@ -154,6 +154,6 @@ def preflight(argv: list[str] = sys.argv) -> None:
             key, raw = value.split("=", 1)
             overrides[key] = parse_cli_arg(raw)
     try:
-        offline_cluster(inventory, overrides=overrides)
+        from_cluster(offline_cluster(inventory, overrides=overrides), with_key=False)  # the source too (its sha256)
     except (SettingsError, OSError, SyntaxError) as error:
         raise DeployError(str(error)) from None

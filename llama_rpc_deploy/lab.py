@@ -161,6 +161,30 @@ def outsider() -> str:
     return OUTSIDER
 
 
+MIRROR = f"{PREFIX}-mirror"
+MIRROR_IP_INDEX = -2  # .8: on the lab's network, in no inventory
+GITHUB_PATH = "/ggml-org/llama.cpp/archive/{ref}.tar.gz"  # as on github.com
+
+
+def mirror(tarballs: dict[str, Path]) -> str:
+    """A lab host that serves files over HTTP (busybox httpd) at the paths given, e.g. a llama.cpp
+    tarball at GitHub's path; for the deploy's download path. Returns its base URL."""
+    if not exists("container", MIRROR):
+        docker("run", "-d", "--name", MIRROR, "--hostname", "mirror", "--label", LABEL, "--network", NETWORK,
+               "--ip", ip_of(MIRROR_IP_INDEX), "--entrypoint", "sleep", HOST_IMAGE, "infinity")
+        log("mirror: installing busybox (its httpd serves the files)")
+        docker("exec", MIRROR, "sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+               "apt-get install -y -qq --no-install-recommends busybox >/dev/null")
+    elif docker("inspect", "--format", "{{.State.Running}}", MIRROR) != "true":
+        docker("start", MIRROR)
+    for path, local in tarballs.items():
+        docker("exec", MIRROR, "mkdir", "-p", f"/srv{Path(path).parent}")
+        docker("cp", str(local), f"{MIRROR}:/srv{path}")
+    # a second httpd cannot bind port 80 and exits at once: starting one each time is safe
+    docker("exec", "-d", MIRROR, "busybox", "httpd", "-f", "-p", "80", "-h", "/srv")
+    return f"http://{ip_of(MIRROR_IP_INDEX)}"
+
+
 def ensure_network() -> None:
     if not exists("network", NETWORK):
         docker("network", "create", "--subnet", SUBNET, "--label", LABEL, NETWORK)

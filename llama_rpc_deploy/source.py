@@ -78,11 +78,12 @@ def _tree_key(tree: Path, files: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def pack_tree(tree: Path, cache_dir: Path) -> Path:
-    """Pack a llama.cpp tree into cache_dir/llama.cpp-KEY.tar.gz; reuse it while the tree is unchanged."""
+def pack_tree(tree: Path, cache_dir: Path, top: str = "llama.cpp") -> Path:
+    """Pack a llama.cpp tree into cache_dir/llama.cpp-KEY.tar.gz, under the folder `top` (GitHub's archives
+    use llama.cpp-COMMIT); reuse it while the tree is unchanged."""
     tree = find_tree(tree)
     files = _tree_files(tree)
-    out = cache_dir / f"llama.cpp-{_tree_key(tree, files)}.tar.gz"
+    out = cache_dir / f"{top}-{_tree_key(tree, files)}.tar.gz"
     if out.is_file():
         return out
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -99,7 +100,7 @@ def pack_tree(tree: Path, cache_dir: Path) -> Path:
     with open(partial, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for path in files:
-                tar.add(path, arcname=f"llama.cpp/{path.relative_to(tree)}", recursive=False, filter=reset)
+                tar.add(path, arcname=f"{top}/{path.relative_to(tree)}", recursive=False, filter=reset)
     partial.replace(out)
     return out
 

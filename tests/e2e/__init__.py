@@ -34,3 +34,19 @@ def operations(result: subprocess.CompletedProcess) -> list[dict]:
 def changed(ops: list[dict], prefix: str) -> list[str]:
     """Hosts on which an operation whose name contains `prefix` made a change."""
     return [h for op in ops if prefix in op["name"] for h in op["success"]]
+
+
+# what a failed deploy must leave as it was on every host: files, services, containers, images, firewall
+STATE = ("sha256sum /opt/llama-rpc/* /etc/systemd/system/rpc-server.service /etc/systemd/system/llama-server.service "
+         "/etc/llama-rpc/* /root/.ssh/authorized_keys 2>/dev/null; "
+         "find /models /var/cache/llama-rpc -exec stat -c '%n %s %Y' {} + 2>/dev/null | sort; "
+         "systemctl show -p ActiveEnterTimestampMonotonic -p NRestarts rpc-server llama-server; "
+         "for c in $(docker ps -q); do docker inspect --format '{{.Name}} {{.State.StartedAt}}' $c; done | sort; "
+         "docker images -q | sort; iptables -S")
+
+
+def snapshot() -> dict[str, str]:
+    """STATE on every lab host."""
+    return {name: subprocess.run(["docker", "exec", f"{lab.PREFIX}-{name}", "sh", "-c", STATE],
+                                 capture_output=True, text=True).stdout
+            for name in lab.host_names(WORKERS)}

@@ -12,25 +12,11 @@ import pytest
 from llama_rpc_deploy import lab
 from llama_rpc_deploy.deployment import PROJECT, read_inventory
 
-from . import WORKERS, needs_docker
+from . import WORKERS, needs_docker, snapshot
 
 from ..bad_configs import CASES, Bad, expected_words, on_coordinator, on_worker, write_case
 
 pytestmark = needs_docker
-STATE = ("sha256sum /opt/llama-rpc/* /etc/systemd/system/rpc-server.service /etc/systemd/system/llama-server.service "
-         "/etc/llama-rpc/* /root/.ssh/authorized_keys 2>/dev/null; "
-         "find /models /var/cache/llama-rpc -exec stat -c '%n %s %Y' {} + 2>/dev/null | sort; "
-         "systemctl show -p ActiveEnterTimestampMonotonic -p NRestarts rpc-server llama-server; "
-         "for c in $(docker ps -q); do docker inspect --format '{{.Name}} {{.State.StartedAt}}' $c; done | sort; "
-         "docker images -q | sort; iptables -S")
-
-
-def snapshot() -> dict[str, str]:
-    return {name: subprocess.run(["docker", "exec", f"{lab.PREFIX}-{name}", "sh", "-c", STATE],
-                                 capture_output=True, text=True).stdout
-            for name in lab.host_names(WORKERS)}
-
-
 @pytest.fixture(scope="module")
 def base():
     inventory = lab.up(workers=WORKERS)
