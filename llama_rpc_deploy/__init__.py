@@ -24,5 +24,5 @@ plan           - the capacity planner; gguf_header reads what it needs from a GG
 bench, client  - tokens/s against the planner's ceiling; requests to llama-server
 loadtest       - concurrent clients, time until serving again (tests, bench)
 lab            - the local lab: containers that behave like real hosts
-testmodel      - a small llama GGUF with random weights, for the lab and the tests
+testmodel      - small llama GGUFs for the lab and the tests (one answers a known sentence)
 """

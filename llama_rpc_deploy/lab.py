@@ -7,7 +7,7 @@ SSH exactly as it reaches real machines. `lab up` writes .lab/inventory.py.
 
 What the lab adds that real hosts would already have: a base image inside the
 coordinator's dockerd (there is no registry to pull from here), a model file
-on the coordinator (generated, random weights), and the llama.cpp source tree
+on the coordinator (generated: its greedy answer is a known sentence), and the llama.cpp source tree
 from the llama-cpp-python sdist on PyPI (built offline).
 
     python -m llama_rpc_deploy lab up [--workers N]
@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 from .settings import BY_NAME
-from .testmodel import Shape, write_model
+from .source import sha256_file
+from .testmodel import Shape, write_sentence_model
 
 PROJECT = Path(__file__).resolve().parent.parent
 LAB_DIR = PROJECT / ".lab"
@@ -246,13 +247,19 @@ def preload_base_image(container: str) -> None:
 
 
 def place_model(container: str) -> None:
-    if subprocess.run(["docker", "exec", container, "test", "-s", MODEL], capture_output=True).returncode == 0:
-        return
-    local = CACHE / "lab.gguf"
+    """The lab's model on the coordinator: the sentence model (testmodel.py), whose greedy answer is a
+    known sentence that wins by a wide margin at every step, so a split that computes wrong shows.
+    A different file there (an older lab's) is replaced, and a running llama-server restarted onto it."""
+    local = CACHE / "lab-sentence.gguf"
     if not local.exists():
-        write_model(local, MODEL_SHAPE)
+        write_sentence_model(local, MODEL_SHAPE)
+    have = subprocess.run(["docker", "exec", container, "sha256sum", MODEL], capture_output=True, text=True).stdout
+    if have.split()[:1] == [sha256_file(local)]:
+        return
     docker("exec", container, "mkdir", "-p", str(Path(MODEL).parent))
-    docker("cp", str(local), f"{container}:{MODEL}")
+    docker("cp", str(local), f"{container}:{MODEL}.new")
+    docker("exec", container, "sh", "-c", f"chmod 644 {MODEL}.new && mv {MODEL}.new {MODEL} && "
+           "systemctl try-restart llama-server.service")
 
 
 def lab_settings(sdist: Path, workers: int, api_key: Path) -> dict:

@@ -1,6 +1,11 @@
+import numpy as np
+import pytest
 from gguf import GGUFReader
 
-from llama_rpc_deploy.testmodel import Shape, vocabulary, write_model
+from llama_rpc_deploy import testmodel
+from llama_rpc_deploy.testmodel import (PROMPT, SENTENCE, SPACE, Shape, layer_effects, pieces, read_weights,
+                                        sentence_tokens, sentence_vocabulary, sentence_weights, tokenize, vocabulary,
+                                        write_model, write_sentence_model)
 
 
 def test_model_is_a_llama_gguf_with_the_asked_shape(tmp_path):
@@ -21,3 +26,105 @@ def test_vocabulary_has_every_byte_for_fallback():
     assert tokens[:3] == [b"<unk>", b"<s>", b"</s>"]
     assert b"<0x00>" in tokens and b"<0xFF>" in tokens
     assert len(tokens) == len(scores) == len(types) == len(set(tokens))
+
+
+# --- the sentence model (issue 14): its greedy output is known, by a margin rounding cannot cross ---
+
+@pytest.fixture(scope="module")
+def sentence_model(tmp_path_factory):
+    """The model in the lab's shape (8 layers of 512), written once for this module."""
+    return write_sentence_model(tmp_path_factory.mktemp("sentence") / "sentence.gguf")
+
+
+@pytest.fixture(scope="module")
+def weights(sentence_model):
+    """As the file holds them (float32 copies of the f16 values), checked against a fresh generation."""
+    weights, shape = read_weights(sentence_model)
+    assert shape == Shape()
+    fresh = sentence_weights()
+    assert weights.keys() == fresh.keys()
+    for name, tensor in fresh.items():
+        assert np.array_equal(weights[name], tensor.astype(np.float32)), name
+    return weights
+
+
+def text(field) -> str:
+    return bytes(field.parts[-1]).decode()
+
+
+def test_sentence_model_is_a_valid_llama_gguf(sentence_model):
+    reader = GGUFReader(sentence_model)
+    fields = reader.fields
+    assert text(fields["general.architecture"]) == "llama"
+    assert text(fields["tokenizer.ggml.model"]) == "llama"
+    assert text(fields["tokenizer.chat_template"]) == testmodel.CHAT_TEMPLATE
+    assert int(fields["llama.block_count"].parts[-1][0]) == 8
+    assert int(fields["llama.embedding_length"].parts[-1][0]) == 512
+    tokens = sentence_vocabulary()[0]
+    assert len(fields["tokenizer.ggml.tokens"].data) == len(tokens)
+    names = {t.name: t for t in reader.tensors}
+    assert len(names) == 2 + 9 * 8 + 1
+    assert list(names["output.weight"].shape) == [512, len(tokens)]
+    for name, tensor in names.items():  # every weight is there and non-zero: every layer computes
+        assert np.count_nonzero(tensor.data) > 0.99 * tensor.data.size, name
+
+
+def test_prompt_and_sentence_tokenize_into_whole_words():
+    """Checked here with a Python copy of llama.cpp's SentencePiece merge loop (`tokenize`); by hand it
+    gave the same ids as llama-server's /tokenize, and tests/e2e/test_lab_tokens.py checks that on the lab."""
+    tokens = [t.decode() for t in sentence_vocabulary()[0]]
+    prompt = tokenize(PROMPT)
+    assert prompt[0] == 1  # <s>
+    assert [tokens[i] for i in prompt[1:]] == [SPACE + "Two", SPACE + "computers", ",", SPACE + "one", SPACE + "model", ":"]
+    # The sentence as generated is also how the tokenizer writes it (no byte tokens, no half words)
+    assert tokenize(SENTENCE[1:], add_bos=False) == sentence_tokens()
+    assert "".join(tokens[i] for i in sentence_tokens()).replace(SPACE, " ") == SENTENCE
+    assert 15 <= len(SENTENCE.split()) <= 25
+    # Every word is reachable by pairwise merges: its prefixes are tokens too
+    for word in pieces(PROMPT) + pieces(SENTENCE, first=False):
+        assert all(word[:n] in tokens for n in range(2, len(word) + 1)), word
+
+
+def test_vocabulary_falls_back_to_bytes_for_other_text():
+    tokens, scores, types = sentence_vocabulary()
+    assert tokens[:3] == [b"<unk>", b"<s>", b"</s>"] and len(tokens) == len(set(tokens)) == len(scores) == len(types)
+    ids = tokenize("xyz é")
+    assert all(3 <= i < 3 + 256 for i in ids[1:])  # no piece for these: every byte as its own token
+    assert ids[-2:] == [3 + 0xC3, 3 + 0xA9]
+
+
+# f16 rounding cannot flip a token at a margin of 12: llama.cpp computes on these same f16 weights
+# (the numpy reference reads them back from the file), so what differs is rounding the activations
+# and the KV cache to f16 (relative 2**-11, about 5e-4) and the order of sums. The logits are at
+# most about 20, so even 100 such errors all pushing one way would move a logit by about
+# 20 * 100 * 5e-4 = 1, and a token flips only when two logits move 12 apart. Measured: llama-server's
+# log-probabilities differ from this reference by at most 0.006 (24 steps, top 5 each), and the
+# split lab from one server by 0.0005. The layers themselves move the logits by at most 3 (asserted
+# below), so even a split that computed the layers badly but in range could not flip a token, only
+# the logprobs: tests/e2e/test_lab_tokens.py compares those too.
+MARGIN = 12.0
+
+
+def test_greedy_margin_is_wide(weights):
+    margins = testmodel.margins(weights)
+    assert len(margins) == len(sentence_tokens()) + len(testmodel.cycle())  # SENTENCE, then a whole turn
+    assert margins.min() >= MARGIN, margins.round(2)
+
+
+def test_every_layer_contributes_but_cannot_flip_a_token(weights):
+    """What each attention and each FFN block adds reaches some logit by far more than f16 rounding does (0.01
+    at these magnitudes); all of them together by less than the margin."""
+    effects = layer_effects(weights)
+    assert 0.5 < effects.pop("all") < 3.0
+    assert len(effects) == 2 * Shape().n_layer
+    assert min(effects.values()) > 0.1, effects
+
+
+def test_other_text_leads_into_the_sentence_too(weights):
+    """Any text the model has no word for (byte tokens, <s>) continues with SENTENCE's first word: a chat
+    prompt wrapped in ChatML (llama-server's template when a model has none) still recites SENTENCE."""
+    ids = tokenize(f"<|im_start|>user\n{PROMPT}<|im_end|>\n<|im_start|>assistant\n")
+    logits = testmodel.forward(weights, Shape(), ids)[-1]
+    first = sentence_tokens()[0]
+    assert int(np.argmax(logits)) == first
+    assert logits[first] - np.delete(logits, first).max() >= MARGIN
