@@ -72,7 +72,7 @@ def from_pyinfra(inventory, inventory_file: str = "inventory.py") -> Deployment:
 def from_cluster(cluster: Cluster, with_key: bool = True) -> Deployment:
     s = cluster.settings
     source = resolve_source(s["llama_cpp_source"], s["llama_cpp_ref"], STATE / "sources", s["llama_cpp_url"],
-                            s["llama_cpp_sha256"], STATE / "sources.lock")
+                            s["llama_cpp_sha256"], STATE / "sources.lock", chat_page=f"b{s['llama_cpp_build_number']}")
     return Deployment(cluster=cluster, source=source, image=image.tag(cluster, source),
                       transfer_key=transfer_key() if with_key else None)
 

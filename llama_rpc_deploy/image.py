@@ -34,6 +34,7 @@ def build_args(cluster: Cluster, source: Source) -> dict[str, str]:
         "GGML_NATIVE": "ON" if s["image_cpu_native"] else "OFF",
         "LLAMA_CPP_REF": s["llama_cpp_ref"],
         "LLAMA_BUILD_NUMBER": str(s["llama_cpp_build_number"]),
+        "PREBUILT_UI": "OFF" if source.local_tarball else "ON",  # a local tree is packed with the page
         "SOURCE_SHA256": source.ident if source.local_tarball else "unknown",  # a download: checked before the build
     }
     if s["image_backend"] == "cuda":

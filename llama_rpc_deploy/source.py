@@ -67,22 +67,23 @@ def _tree_files(tree: Path) -> list[Path]:
     return files
 
 
-PACK_FORMAT = "2"  # bump when pack_tree's output changes, so packs cached by an older version are made again
+PACK_FORMAT = "3"  # bump when pack_tree's output changes, so packs cached by an older version are made again
 
 
-def _tree_key(tree: Path, files: list[Path]) -> str:
+def _tree_key(tree: Path, files: list[tuple[Path, str]]) -> str:
     digest = hashlib.sha256(f"{PACK_FORMAT}\0{tree.resolve()}".encode())
-    for path in files:
+    for path, rel in files:
         st = path.lstat()
-        digest.update(f"{path.relative_to(tree)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
+        digest.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
     return digest.hexdigest()[:16]
 
 
-def pack_tree(tree: Path, cache_dir: Path, top: str = "llama.cpp") -> Path:
+def pack_tree(tree: Path, cache_dir: Path, top: str = "llama.cpp", extra: list[tuple[Path, str]] = ()) -> Path:
     """Pack a llama.cpp tree into cache_dir/llama.cpp-KEY.tar.gz, under the folder `top` (GitHub's archives
-    use llama.cpp-COMMIT); reuse it while the tree is unchanged."""
+    use llama.cpp-COMMIT), with the extra (file, path in the tree) pairs (the built chat page); reuse it
+    while none of that changed."""
     tree = find_tree(tree)
-    files = _tree_files(tree)
+    files = [(path, path.relative_to(tree).as_posix()) for path in _tree_files(tree)] + list(extra)
     out = cache_dir / f"{top}-{_tree_key(tree, files)}.tar.gz"
     if out.is_file():
         return out
@@ -99,8 +100,8 @@ def pack_tree(tree: Path, cache_dir: Path, top: str = "llama.cpp") -> Path:
     # no name and no time in the gzip header: the same tree gives the same bytes in any checkout
     with open(partial, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for path in files:
-                tar.add(path, arcname=f"{top}/{path.relative_to(tree)}", recursive=False, filter=reset)
+            for path, rel in files:
+                tar.add(path, arcname=f"{top}/{rel}", recursive=False, filter=reset)
     partial.replace(out)
     return out
 
@@ -116,8 +117,10 @@ def record(lock: Path, url: str, sha256: str) -> None:
 
 
 def resolve_source(setting: str | None, ref: str, cache_dir: Path, url_template: str = "", pinned: str | None = None,
-                   lock: Path | None = None) -> Source:
-    """Turn the llama_cpp_source / llama_cpp_ref / llama_cpp_url / llama_cpp_sha256 settings into a Source."""
+                   lock: Path | None = None, chat_page: str | None = None) -> Source:
+    """Turn the llama_cpp_source / llama_cpp_ref / llama_cpp_url / llama_cpp_sha256 settings into a Source.
+    With chat_page (the version it shows, "b11312"), a local tree is packed with llama-server's chat page,
+    built here once with npm (webui.py): the coordinator's build then embeds it without network."""
     if not setting:
         url = url_template.format(ref=ref)
         known = recorded(lock).get(url) if lock else None
@@ -127,7 +130,10 @@ def resolve_source(setting: str | None, ref: str, cache_dir: Path, url_template:
         return Source(ident=ref, local_tarball=None, url=url, sha256=pinned or known, lock=lock)
     path = Path(setting).expanduser()
     if path.is_dir():
-        tarball = pack_tree(path, cache_dir)
+        from . import webui  # (it reads trees with find_tree, from here)
+
+        extra = webui.tar_members(path, webui.ensure_dist(find_tree(path), cache_dir / "ui", chat_page)) if chat_page else []
+        tarball = pack_tree(path, cache_dir, extra=extra)
     elif path.is_file() and path.name.endswith(TARBALL_SUFFIXES):
         tarball = path
     else:

@@ -10,6 +10,9 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
 command -v curl >/dev/null || need+=(curl)
 command -v shellcheck >/dev/null || need+=(shellcheck)  # the unit tests check every rendered script
+command -v npm >/dev/null || need+=(nodejs npm)  # builds llama-server's chat page once (llama_rpc_deploy/webui.py)
+command -v chromium >/dev/null || need+=(chromium)  # the chat page test runs a real browser, headless
+command -v chromedriver >/dev/null || need+=(chromium-driver)
 if ((${#need[@]})); then
   echo "setup: installing ${need[*]}"
   apt-get update -qq
