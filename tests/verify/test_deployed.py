@@ -85,6 +85,13 @@ def test_health_ok(deployment):
         assert json.load(response).get("status") == "ok"
 
 
+def test_llama_server_reports_the_pinned_release(deployment):
+    """/props names the release and commit the image was built from, not b0-unknown."""
+    s = deployment.cluster.settings
+    props = client.get(deployment.cluster, "/props")
+    assert props["build_info"] == f"b{s['llama_cpp_build_number']}-{s['llama_cpp_ref'][:8]}"
+
+
 def test_completion_returns_tokens(deployment):
     result = client.complete(deployment.cluster, "Hello from the verification suite", 8, timeout=120)
     assert result["timings"]["predicted_n"] == 8
@@ -113,5 +120,8 @@ def test_planner_weights_match_llama_cpp_load_report(coordinator, deployment, mo
             assert reported, f"no load report for {worker.rpc_endpoint}"
             assert reported[-1] == pytest.approx(placement.weights / mib, rel=0.10), placement.device.name
     host = [float(m) for m in re.findall(r"CPU_Mapped model buffer size =\s*([0-9.]+) MiB", log)]
-    if host:  # mmap'ed weights kept in the coordinator's memory
+    # A CPU with AMX (or another repacking CPU backend) moves the layers it keeps into a buffer of its own
+    # ("AMX model buffer size"), which the planner does not model yet (issue 13): then only the devices count.
+    repacked = re.search(r"(AMX|CPU_REPACK|CPU_AARCH64) model buffer size", log)
+    if host and not repacked:  # mmap'ed weights kept in the coordinator's memory
         assert host[-1] == pytest.approx(plan.host_bytes / mib, rel=0.10)
