@@ -65,7 +65,11 @@ def sleeping(cluster: Cluster) -> bool:
 def measure(cluster: Cluster, streams=(1, 2, 4), n_predict: int = 64, prompt_repeats: int = 24,
             runs: int = 3, sleep_wait: float = 300, ceiling: float | None = None) -> dict:
     client.complete(cluster, "warm up", 4)
-    long_prompt = PROMPT * prompt_repeats
+    # as long as a slot holds: each slot gets ctx / parallel cells, and a model whose vocabulary lacks the
+    # prompt's words (the lab's) spells them in bytes
+    per_slot = cluster.settings["llama_ctx_size"] // cluster.settings["llama_parallel"]
+    per_repeat = max(1, len(client.post(cluster, "/tokenize", {"content": PROMPT})["tokens"]))
+    long_prompt = PROMPT * max(1, min(prompt_repeats, (per_slot - 64) // per_repeat))
     pp = [client.complete(cluster, long_prompt, 1)["timings"] for _ in range(runs)]
     single = [client.complete(cluster, "Once upon a time", n_predict)["timings"] for _ in range(runs)]
     parallel = []
