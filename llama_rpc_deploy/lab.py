@@ -259,7 +259,7 @@ def place_model(container: str) -> None:
     docker("exec", container, "mkdir", "-p", str(Path(MODEL).parent))
     docker("cp", str(local), f"{container}:{MODEL}.new")
     docker("exec", container, "sh", "-c", f"chmod 644 {MODEL}.new && mv {MODEL}.new {MODEL} && "
-           "systemctl try-restart llama-server.service")
+           "{ ! systemctl cat llama-server.service >/dev/null 2>&1 || systemctl try-restart llama-server.service; }")  # none yet
 
 
 def lab_settings(sdist: Path, workers: int, api_key: Path) -> dict:
