@@ -45,6 +45,18 @@ STATE = ("sha256sum /opt/llama-rpc/* /etc/systemd/system/rpc-server.service /etc
          "docker images -q | sort; iptables -S")
 
 
+def deployed_and_serving():
+    """The lab up, deployed as its inventory says, and serving: the cluster as the tests see it."""
+    from llama_rpc_deploy.deployment import offline_cluster
+    from llama_rpc_deploy.loadtest import until_serving
+
+    lab.up(workers=WORKERS)
+    operations(pyinfra("--json"))
+    cluster = offline_cluster(INVENTORY)
+    assert until_serving(cluster, 120, expect_down=False).seconds is not None
+    return cluster
+
+
 def snapshot() -> dict[str, str]:
     """STATE on every lab host."""
     return {name: subprocess.run(["docker", "exec", f"{lab.PREFIX}-{name}", "sh", "-c", STATE],

@@ -12,10 +12,10 @@ import time
 import pytest
 
 from llama_rpc_deploy import lab
-from llama_rpc_deploy.deployment import PROJECT, from_cluster, offline_cluster
+from llama_rpc_deploy.deployment import PROJECT, from_cluster
 from llama_rpc_deploy.loadtest import run_load, until_serving
 
-from . import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra
+from . import INVENTORY, WORKERS, deployed_and_serving, needs_docker, on, operations, pyinfra
 
 pytestmark = needs_docker
 COORDINATOR, WORKER1 = 0, 1
@@ -27,11 +27,7 @@ def container(index: int) -> str:
 
 @pytest.fixture(scope="module")
 def cluster():
-    lab.up(workers=WORKERS)
-    operations(pyinfra("--json"))
-    c = offline_cluster(INVENTORY)
-    assert until_serving(c, 120, expect_down=False).seconds is not None
-    return c
+    return deployed_and_serving()
 
 
 @pytest.fixture(autouse=True)

@@ -18,13 +18,12 @@ import urllib.request
 import pytest
 from openai import OpenAI
 
-from llama_rpc_deploy import client, lab
+from llama_rpc_deploy import client
 from llama_rpc_deploy.cluster_checks import api_key
-from llama_rpc_deploy.deployment import from_cluster, offline_cluster
-from llama_rpc_deploy.loadtest import until_serving
+from llama_rpc_deploy.deployment import from_cluster
 from llama_rpc_deploy.testmodel import PROMPT, SENTENCE, sentence_tokens, tokenize
 
-from . import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra
+from . import deployed_and_serving, needs_docker, on
 
 pytestmark = needs_docker
 COORDINATOR = 0
@@ -38,11 +37,7 @@ LOGPROB_TOLERANCE = 0.01
 
 @pytest.fixture(scope="module")
 def cluster():
-    lab.up(workers=WORKERS)
-    operations(pyinfra("--json"))
-    c = offline_cluster(INVENTORY)
-    assert until_serving(c, 120, expect_down=False).seconds is not None
-    return c
+    return deployed_and_serving()
 
 
 @pytest.fixture(scope="module")

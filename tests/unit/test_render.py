@@ -1,7 +1,4 @@
 import shlex
-import subprocess
-
-import pytest
 
 from llama_rpc_deploy.render import COORDINATOR_UNIT, WORKER_UNIT, coordinator_files, worker_files
 

@@ -1,5 +1,5 @@
 """The decisions one host's operations take from another's, without hosts: Run's restart and rollback rules."""
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 
