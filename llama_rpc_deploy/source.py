@@ -56,12 +56,13 @@ def find_tree(root: Path) -> Path:
     raise FileNotFoundError(f"{root} is not a llama.cpp tree (no ggml/CMakeLists.txt and tools/ in it or in vendor/llama.cpp)")
 
 
-def _tree_files(tree: Path) -> list[Path]:
+def files_below(root: Path, skip_top: set[str]) -> list[Path]:
+    """Every file below root in a stable order (sorted, folder by folder), leaving out the top-level
+    folders named in skip_top."""
     files = []
-    for dirpath, dirnames, filenames in os.walk(tree):
-        rel = Path(dirpath).relative_to(tree)
-        if rel == Path("."):
-            dirnames[:] = [d for d in dirnames if d not in EXCLUDED_TOP_LEVEL]
+    for dirpath, dirnames, filenames in os.walk(root):
+        if Path(dirpath) == root:
+            dirnames[:] = [d for d in dirnames if d not in skip_top]
         dirnames.sort()
         files.extend(Path(dirpath, name) for name in sorted(filenames))
     return files
@@ -83,7 +84,7 @@ def pack_tree(tree: Path, cache_dir: Path, top: str = "llama.cpp", extra: list[t
     use llama.cpp-COMMIT), with the extra (file, path in the tree) pairs (the built chat page); reuse it
     while none of that changed."""
     tree = find_tree(tree)
-    files = [(path, path.relative_to(tree).as_posix()) for path in _tree_files(tree)] + list(extra)
+    files = [(path, path.relative_to(tree).as_posix()) for path in files_below(tree, EXCLUDED_TOP_LEVEL)] + list(extra)
     out = cache_dir / f"{top}-{_tree_key(tree, files)}.tar.gz"
     if out.is_file():
         return out

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from .source import find_tree
+from .source import files_below, find_tree
 
 UI_DIR = Path("tools") / "ui"
 DIST_IN_TREE = UI_DIR / "dist"  # where ui-assets.cmake looks for pre-built assets (SRC_DIST_DIR)
@@ -58,17 +58,9 @@ def ui_dir(tree: Path) -> Path:
 
 def source_files(ui: Path) -> list[Path]:
     """The files of tools/ui that the build reads, sorted: everything but build outputs and node_modules."""
-    files = []
-    for dirpath, dirnames, filenames in os.walk(ui):
-        rel = Path(dirpath).relative_to(ui)
-        if rel == Path("."):
-            dirnames[:] = [d for d in dirnames if d not in NOT_SOURCES]
-        dirnames.sort()
-        for name in sorted(filenames):
-            if rel == Path("static") and name.startswith(GENERATED_STATIC):
-                continue
-            files.append(Path(dirpath, name))
-    return files
+    static = ui / "static"
+    return [path for path in files_below(ui, NOT_SOURCES)
+            if not (path.parent == static and path.name.startswith(GENERATED_STATIC))]
 
 
 def _sha256(path: Path) -> str:
