@@ -37,12 +37,12 @@ def model_header(cluster: Cluster, inventory: Path, local: Path | None):
     with tempfile.TemporaryDirectory() as tmp:
         config = write_ssh_config(inventory, Path(tmp))
 
-        def fetch(limit):
-            out = subprocess.run(["ssh", "-F", str(config), cluster.coordinator.name, fact.command(path, limit)],
+        def fetch(file, limit):
+            out = subprocess.run(["ssh", "-F", str(config), cluster.coordinator.name, fact.command(file, limit)],
                                  capture_output=True, text=True, check=True, timeout=120).stdout
             return fact.process(out.splitlines())
 
-        return read_remote_model(fetch)
+        return read_remote_model(fetch, path)
 
 
 def time_to_first_token(cluster: Cluster, prompt: str = "Wake up:", timeout: float = 600) -> float:

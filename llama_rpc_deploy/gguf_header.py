@@ -5,14 +5,26 @@ Uses the `gguf` package on the file itself, or on its first bytes with the rest 
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
+import struct
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf import GGUFReader
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
-# architectures whose GGUF carries a window but no pattern: llama.cpp hard-codes "every Nth layer is global"
-DEFAULT_SWA_PATTERN = {"gemma2": 2, "gemma3": 6}
+# How the pinned llama.cpp's loader (src/models/<arch>.cpp) lays out each architecture's memory, for
+# the architectures whose figures tests/e2e/test_lab_fit_params.py checks against llama-fit-params:
+# the default sliding-window pattern (every Nth layer global; None: no sliding-window layers, the
+# window key is ignored) and whether a layer with no KV heads is recurrent (hybrid models).
+KV_LAYOUTS = {
+    "llama": None, "qwen3": None, "qwen3moe": None, "deepseek2": None, "lfm2": None,
+    "gemma3": 6, "gemma4": 6, "gpt-oss": 2,
+}
+RECURRENT_WHEN_NO_KV_HEADS = {"lfm2"}
+SHARD = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
 @dataclass(frozen=True)
@@ -26,27 +38,112 @@ class ModelInfo:
     layer_bytes: tuple[int, ...]  # weights of each repeating layer
     input_bytes: int  # token embeddings: kept in host memory by llama.cpp
     output_bytes: int  # output norm + output projection (the last device)
-    kv_per_token: tuple[tuple[int, int], ...]  # per layer: (K elements, V elements) per token
+    kv_per_token: tuple[tuple[int, int], ...]  # per layer: (K elements, V elements) per token; (0, 0) without KV
     swa_window: int = 0  # sliding-window size, 0 when none
     swa_layers: tuple[bool, ...] = ()
+    mla: bool = False  # multi-head latent attention: llama.cpp stores K only (V is a view of it)
+    recurrent_per_seq: tuple[int, ...] = ()  # per layer: f32 elements of the recurrent state per sequence
+    shards: tuple[str, ...] = ()  # every file of a split GGUF (…-00001-of-0000N.gguf), in order
 
     @property
     def weight_bytes(self) -> int:
         return sum(self.layer_bytes) + self.input_bytes + self.output_bytes
 
+    @property
+    def kv_modeled(self) -> bool:
+        """Whether the planner knows how llama.cpp sizes this architecture's KV cache."""
+        return self.arch in KV_LAYOUTS
 
-def _field(reader: GGUFReader, key: str, default=None):
-    f = reader.fields.get(key)
-    if f is None:
-        return default
-    value = f.parts[f.data[0]] if f.data else None
-    if value is None:
-        return default
-    if f.types and f.types[0].name == "STRING":
-        return bytes(value).decode()
-    if f.types and f.types[0].name == "ARRAY":
-        return [f.parts[i][0] if len(f.parts[i]) == 1 else bytes(f.parts[i]).decode() for i in f.data]
-    return value[0].item() if hasattr(value[0], "item") else value[0]
+
+@dataclass(frozen=True)
+class Header:
+    """A GGUF file's metadata and tensor table: {key: value} (string arrays left out: a vocabulary of
+    262144 tokens would cost gguf.GGUFReader seconds, and nothing here reads one), [(name, ne, bytes)]."""
+    fields: dict
+    tensors: list[tuple[str, tuple[int, ...], int]]
+    data_offset: int  # where the tensor data starts: the header's size
+
+
+_SCALARS = {GGUFValueType.UINT8: "B", GGUFValueType.INT8: "b", GGUFValueType.UINT16: "H", GGUFValueType.INT16: "h",
+            GGUFValueType.UINT32: "I", GGUFValueType.INT32: "i", GGUFValueType.FLOAT32: "f", GGUFValueType.BOOL: "?",
+            GGUFValueType.UINT64: "Q", GGUFValueType.INT64: "q", GGUFValueType.FLOAT64: "d"}
+
+
+class Truncated(ValueError):
+    """The bytes end inside the GGUF header."""
+
+
+def read_header(path: Path | str) -> Header:
+    """The GGUF header (format: gguf-py's constants, little-endian, version 2 or 3), read in growing
+    steps. Raises ValueError on a file that is not GGUF or ends inside its header."""
+    size = Path(path).stat().st_size
+    for limit in HEADER_STEPS:
+        with open(path, "rb") as f:
+            data = f.read(limit)
+        try:
+            return _parse_header(data, str(path))
+        except Truncated:
+            if limit >= size:
+                break
+    raise ValueError(f"{path}: the file ends inside its GGUF header")
+
+
+def _parse_header(data: bytes, path: str) -> Header:
+    pos = 0
+
+    def take(fmt: str):
+        nonlocal pos
+        size = struct.calcsize(fmt)
+        if pos + size > len(data):
+            raise Truncated(path)
+        values = struct.unpack_from("<" + fmt, data, pos)
+        pos += size
+        return values if len(values) > 1 else values[0]
+
+    def string() -> str:
+        nonlocal pos
+        n = take("Q")
+        if pos + n > len(data):
+            raise Truncated(path)
+        pos += n
+        return data[pos - n:pos].decode("utf-8", "replace")
+
+    def value(kind: int):
+        kind = GGUFValueType(kind)
+        if kind == GGUFValueType.STRING:
+            return string()
+        if kind == GGUFValueType.ARRAY:
+            inner, count = GGUFValueType(take("I")), take("Q")
+            if inner == GGUFValueType.STRING:
+                for _ in range(count):
+                    string()
+                return None
+            if inner == GGUFValueType.ARRAY:
+                return [value(inner) for _ in range(count)]
+            values = take(f"{count}{_SCALARS[inner]}") if count else ()
+            return list(values) if count != 1 else [values]
+        return take(_SCALARS[kind])
+
+    if data[:4] != b"GGUF":
+        raise ValueError(f"{path}: not a GGUF file (it does not start with 'GGUF')")
+    pos = 4
+    version, n_tensors, n_fields = take("I"), take("Q"), take("Q")
+    if version not in (2, 3):
+        raise ValueError(f"{path}: GGUF version {version}: expected 2 or 3")
+    fields = {}
+    for _ in range(n_fields):
+        key = string()
+        fields[key] = value(take("I"))
+    tensors = []
+    for _ in range(n_tensors):
+        name = string()
+        n_dims = take("I")
+        ne = tuple(take("Q") for _ in range(n_dims))
+        kind, _offset = take("I"), take("Q")
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+        tensors.append((name, ne, math.prod(ne) // block * size))
+    alignment = int(fields.get("general.alignment", 32))
+    return Header(fields, tensors, -(-pos // alignment) * alignment)
 
 
 def _per_layer(value, n_layer: int) -> list[int]:
@@ -55,75 +152,122 @@ def _per_layer(value, n_layer: int) -> list[int]:
     return [int(value)] * n_layer
 
 
-def read_model(path: Path | str) -> ModelInfo:
-    """Layer sizes and KV shapes from a GGUF file's header and tensor table."""
-    reader = GGUFReader(str(path))
-    arch = _field(reader, "general.architecture")
-    n_layer = int(_field(reader, f"{arch}.block_count"))
-    n_embd = int(_field(reader, f"{arch}.embedding_length"))
-    n_head = _per_layer(_field(reader, f"{arch}.attention.head_count"), n_layer)
-    n_head_kv = _per_layer(_field(reader, f"{arch}.attention.head_count_kv", n_head), n_layer)
-    head_k = _field(reader, f"{arch}.attention.key_length")
-    head_v = _field(reader, f"{arch}.attention.value_length")
+def shard_paths(path: Path | str) -> list[Path]:
+    """Every file of a split GGUF, given any of them (llama-gguf-split's names); [path] otherwise."""
+    path = Path(path)
+    match = SHARD.match(path.name)
+    if not match:
+        return [path]
+    count = int(match["count"])
+    return [path.with_name(f"{match['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+
+
+def read_model(path: Path | str, shards: list | None = None) -> ModelInfo:
+    """Layer sizes and KV shapes from a GGUF file's header and tensor table. A split model's tensors
+    are in every shard: `shards` (their paths, the first one included) or the files next to
+    `path` named like it."""
+    header = read_header(path)
+    fields = header.fields
+
+    def field(key, default=None):
+        return fields.get(key, default)
+
+    arch = field("general.architecture")
+    if not isinstance(arch, str) or not isinstance(field(f"{arch}.block_count"), int):
+        raise ValueError(f"{path}: no general.architecture or block_count: not a model file")
+    n_split = int(field("split.count", 1) or 1)
+    if shards is None:
+        shards = shard_paths(path) if n_split > 1 else [path]
+    if len(shards) != n_split:
+        raise ValueError(f"{path}: split.count = {n_split}, found {len(shards)} shards")
+    for shard in shards[1:]:
+        if not Path(shard).is_file():
+            raise ValueError(f"{shard}: no such file (shard of a model split in {n_split})")
+    tensors = header.tensors + [t for shard in shards[1:] for t in read_header(shard).tensors]
+    n_layer = int(field(f"{arch}.block_count"))
+    n_embd = int(field(f"{arch}.embedding_length"))
+    n_head = _per_layer(field(f"{arch}.attention.head_count"), n_layer)
+    n_head_kv = _per_layer(field(f"{arch}.attention.head_count_kv", n_head), n_layer)
+    head_k = field(f"{arch}.attention.key_length")
+    head_v = field(f"{arch}.attention.value_length")
     layer_bytes = [0] * n_layer
     input_bytes = output_bytes = 0
     n_vocab = 0
-    for tensor in reader.tensors:
-        match = re.match(r"blk\.(\d+)\.", tensor.name)
+    for name, ne, nbytes in tensors:
+        match = re.match(r"blk\.(\d+)\.", name)
         if match:
-            layer_bytes[int(match.group(1))] += int(tensor.n_bytes)
-        elif tensor.name.startswith("token_embd"):
-            input_bytes += int(tensor.n_bytes)
-            n_vocab = int(tensor.shape[-1])
+            layer_bytes[int(match.group(1))] += nbytes
+        elif name == "token_embd.weight":
+            input_bytes += nbytes
+            n_vocab = int(ne[-1])
         else:
-            output_bytes += int(tensor.n_bytes)
-    if not any(t.name == "output.weight" for t in reader.tensors):
+            output_bytes += nbytes
+    if not any(name == "output.weight" for name, _, _ in tensors):
         output_bytes += input_bytes  # tied embeddings: the output projection is token_embd again
-    kv = []
-    for il in range(n_layer):
-        hk = int(head_k) if head_k else n_embd // n_head[il]
-        hv = int(head_v) if head_v else n_embd // n_head[il]
-        kv.append((n_head_kv[il] * hk, n_head_kv[il] * hv))
-    window = int(_field(reader, f"{arch}.attention.sliding_window", 0) or 0)
-    pattern = _field(reader, f"{arch}.attention.sliding_window_pattern", DEFAULT_SWA_PATTERN.get(arch))
-    if window and isinstance(pattern, list):
-        swa = tuple(bool(p) for p in pattern)
-    elif window and pattern:
-        swa = tuple((il + 1) % int(pattern) != 0 for il in range(n_layer))  # every Nth layer is global
-    else:
+    window = int(field(f"{arch}.attention.sliding_window", 0) or 0)
+    pattern = field(f"{arch}.attention.sliding_window_pattern", KV_LAYOUTS.get(arch))
+    if not (window and KV_LAYOUTS.get(arch)):
         swa = tuple(False for _ in range(n_layer))
+    elif isinstance(pattern, list):
+        swa = tuple(bool(p) for p in pattern)
+    else:  # llama_hparams::set_swa_pattern: every Nth layer is global (0: every layer slides)
+        p = int(pattern)
+        swa = tuple(p == 0 or il % p < p - 1 for il in range(n_layer))
+    head_k_swa = field(f"{arch}.attention.key_length_swa", head_k)
+    head_v_swa = field(f"{arch}.attention.value_length_swa", head_v)
+    recurrent = [arch in RECURRENT_WHEN_NO_KV_HEADS and n_head_kv[il] == 0 for il in range(n_layer)]
+    l_cache = int(field(f"{arch}.shortconv.l_cache", 0) or 0)
+    kv, state = [], []
+    for il in range(n_layer):
+        hk, hv = (head_k_swa, head_v_swa) if swa[il] else (head_k, head_v)
+        hk = int(hk) if hk else n_embd // n_head[il]
+        hv = int(hv) if hv else n_embd // n_head[il]
+        kv.append((0, 0) if recurrent[il] else (n_head_kv[il] * hk, n_head_kv[il] * hv))
+        state.append(n_embd * (l_cache - 1) if recurrent[il] and l_cache else 0)  # LFM2's short-conv state
+    mla = bool(field(f"{arch}.attention.key_length_mla") and field(f"{arch}.attention.value_length_mla"))
     return ModelInfo(path=str(path), arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=n_vocab,
-                     n_ctx_train=int(_field(reader, f"{arch}.context_length", 0)), layer_bytes=tuple(layer_bytes),
+                     n_ctx_train=int(field(f"{arch}.context_length", 0)), layer_bytes=tuple(layer_bytes),
                      input_bytes=input_bytes, output_bytes=output_bytes, kv_per_token=tuple(kv),
-                     swa_window=window, swa_layers=swa)
+                     swa_window=window if any(swa) else 0, swa_layers=swa, mla=mla,
+                     recurrent_per_seq=tuple(state), shards=tuple(str(s) for s in shards) if n_split > 1 else ())
 
 
 HEADER_STEPS = (256 << 10, 4 << 20, 32 << 20, 128 << 20)  # GGUF metadata + tensor table: KBs, MBs with a big vocabulary
 
 
-def read_model_header(header: bytes, file_size: int) -> ModelInfo:
-    """read_model() from the first bytes of a GGUF file: the rest becomes a hole. Raises ValueError
-    when the header does not end within those bytes."""
-    import tempfile
-
-    with tempfile.NamedTemporaryFile(suffix=".gguf") as tmp:
-        tmp.write(header)
-        tmp.truncate(file_size)
-        tmp.flush()
-        if len(header) < file_size and GGUFReader(tmp.name).data_offset > len(header):
-            raise ValueError(f"the GGUF header is longer than {len(header)} bytes")
-        return read_model(tmp.name)
+def _header_file(header: bytes, file_size: int, out: Path) -> Path:
+    """The first bytes of a GGUF file written at `out`, the rest a hole."""
+    with open(out, "wb") as f:
+        f.write(header)
+        f.truncate(file_size)
+    _parse_header(header, str(out))  # Truncated when the header goes on past these bytes
+    return out
 
 
-def read_remote_model(fetch) -> ModelInfo:
-    """read_model() of a file on a host; fetch(limit) returns (file size, its first `limit` bytes)."""
+def _fetch_header(fetch, path: str, out: Path) -> Path:
     error: Exception | None = None
     for limit in HEADER_STEPS:
-        size, header = fetch(limit)
+        found = fetch(path, limit)
+        if found is None:
+            raise ValueError(f"{path}: no such file")
+        size, header = found
         try:
-            return read_model_header(header, size)
-        except Exception as e:  # cut inside the tensor table: fetch more
+            return _header_file(header, size, out)
+        except Truncated as e:  # cut inside the header: fetch more
             error = e
             if len(header) >= size:
                 break
-    raise ValueError(f"cannot read the GGUF header: {error}")
+    raise ValueError(f"{path}: the file ends inside its GGUF header ({error})")
+
+
+def read_remote_model(fetch, path: str) -> ModelInfo:
+    """read_model() of a file on a host, every shard of a split model included; fetch(path, limit)
+    returns (file size, its first `limit` bytes)."""
+    with tempfile.TemporaryDirectory() as folder:
+        first = _fetch_header(fetch, path, Path(folder) / "0.gguf")
+        shards = shard_paths(path)
+        if len(shards) == 1 and int(read_header(first).fields.get("split.count", 1) or 1) > 1:
+            raise ValueError(f"{path}: a split model's first shard must be named like …-00001-of-0000N.gguf")
+        local = [first] + [_fetch_header(fetch, str(p), Path(folder) / f"{i}.gguf") for i, p in enumerate(shards[1:], 1)]
+        info = read_model(first, shards=local)
+    return dataclasses.replace(info, path=path, shards=tuple(str(p) for p in shards) if info.shards else ())

@@ -41,7 +41,8 @@ def model(offline, connect):
     """The model's GGUF header, read on the coordinator the way the deploy reads it."""
     coordinator = connect(offline.cluster.coordinator.name)
     fact, path = GgufHeader(), offline.cluster.settings["llama_model_path"]
-    return read_remote_model(lambda limit: fact.process(coordinator.check_output(fact.command(path, limit)).splitlines()))
+    return read_remote_model(lambda file, limit: fact.process(coordinator.check_output(fact.command(file, limit)).splitlines()),
+                             path)
 
 
 @pytest.fixture(scope="session")
