@@ -51,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     p_plan = sub.add_parser("plan")
     p_plan.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
     p_plan.add_argument("--model", type=Path, help="a local copy of the GGUF file (default: llama_model_path, "
-                                                    "when this machine has it)")
+                                                    "when this machine has it); a split model's first shard")
+    p_plan.add_argument("--mmproj", type=Path, help="a local copy of llama_mmproj_path's file")
+    p_plan.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting for this plan only, as pyinfra's --data takes it (e.g. llama_ctx_size=131072)")
     p_settings = sub.add_parser("settings")
     p_settings.add_argument("--write-readme", action="store_true", help="replace the table in README.md")
     p_model = sub.add_parser("testmodel")
@@ -80,13 +83,32 @@ def main(argv: list[str] | None = None) -> int:
                                args.png, args.sleep_wait)
             print(bench.table(result))
         elif args.command == "plan":
-            cluster = offline_cluster(args.inventory)
+            from pyinfra_cli.util import parse_cli_arg
+
+            overrides = {}
+            for item in args.data:
+                key, eq, raw = item.partition("=")
+                if not eq:
+                    print(f"error: --data {item!r}: expected KEY=VALUE", file=sys.stderr)
+                    return 2
+                overrides[key] = parse_cli_arg(raw)
+            cluster = offline_cluster(args.inventory, overrides=overrides)
             model = args.model or Path(cluster.settings["llama_model_path"])
-            if not model.is_file():
-                print(f"error: {model} is not on this machine: pass --model with a copy of the GGUF file "
-                      "(only its header is read)", file=sys.stderr)
-                return 2
-            capacity = plan.plan_cluster(cluster, gguf_header.read_model(model))
+            mmproj = args.mmproj or (cluster.settings["llama_mmproj_path"] and Path(cluster.settings["llama_mmproj_path"]))
+            read = {}
+            for what, path in (("--model", model), ("--mmproj", mmproj)):
+                if not path:
+                    continue
+                if not path.is_file():
+                    print(f"error: {what} {path}: not on this machine: pass a copy of the GGUF file "
+                          "(only its header is read)", file=sys.stderr)
+                    return 2
+                try:
+                    read[what] = gguf_header.read_model(path)
+                except Exception as error:  # not a GGUF file, cut short, a shard missing
+                    print(f"error: {what} {path}: not a readable GGUF file: {error}", file=sys.stderr)
+                    return 2
+            capacity = plan.plan_cluster(cluster, read["--model"], mmproj=read.get("--mmproj"))
             print(capacity.table())
             return 2 if capacity.problems else 0
         elif args.command == "settings":

@@ -1,10 +1,14 @@
 """Common NVIDIA cards: compute capability (for CMAKE_CUDA_ARCHITECTURES), memory and its bandwidth.
 
 A host's `gpus` setting names cards from this table, e.g. gpus = ["RTX 4080"], or
-gives a dict for a card that is not here: {"name": "...", "cuda_arch": "89", "vram_gib": 16, "bandwidth_gbs": 717}.
+gives a dict for a card that is not here: {"name": "...", "cuda_arch": "89", "vram_mib": 16376, "bandwidth_gbs": 717}.
+
+Memory is in MiB as CUDA reports it (nvidia-smi --query-gpu=memory.total): a "16 GB" card has less
+than 16384. When a host has nvidia-smi, the deploy uses the figure it reports instead of this table's.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -12,26 +16,27 @@ from dataclasses import dataclass
 class Gpu:
     name: str
     cuda_arch: str  # compute capability without the dot: "89" for 8.9
-    vram_gib: float
+    vram_mib: int  # total memory as CUDA reports it
     bandwidth_gbs: float  # memory bandwidth, GB/s
 
 
 KNOWN_GPUS = {g.name.lower(): g for g in (
-    Gpu("RTX 3060 12GB", "86", 12, 360),
-    Gpu("RTX 3090", "86", 24, 936),
-    Gpu("RTX 4060 Ti 16GB", "89", 16, 288),
-    Gpu("RTX 4070 Ti Super", "89", 16, 672),
-    Gpu("RTX 4080", "89", 16, 717),
-    Gpu("RTX 4080 Super", "89", 16, 736),
-    Gpu("RTX 4090", "89", 24, 1008),
-    Gpu("RTX 5060 Ti 16GB", "120", 16, 448),
-    Gpu("RTX 5070 Ti", "120", 16, 896),
-    Gpu("RTX 5080", "120", 16, 960),
-    Gpu("RTX 5090", "120", 32, 1792),
-    Gpu("RTX A4000", "86", 16, 448),
-    Gpu("RTX A6000", "86", 48, 768),
-    Gpu("L4", "89", 24, 300),
+    Gpu("RTX 3060 12GB", "86", 12288, 360),
+    Gpu("RTX 3090", "86", 24576, 936),
+    Gpu("RTX 4060 Ti 16GB", "89", 16380, 288),
+    Gpu("RTX 4070 Ti Super", "89", 16376, 672),
+    Gpu("RTX 4080", "89", 16375, 717),
+    Gpu("RTX 4080 Super", "89", 16376, 736),
+    Gpu("RTX 4090", "89", 24564, 1008),
+    Gpu("RTX 5060 Ti 16GB", "120", 15849, 448),
+    Gpu("RTX 5070 Ti", "120", 16303, 896),
+    Gpu("RTX 5080", "120", 16303, 960),
+    Gpu("RTX 5090", "120", 32607, 1792),
+    Gpu("RTX A4000", "86", 16376, 448),
+    Gpu("RTX A6000", "86", 49140, 768),
+    Gpu("L4", "89", 23034, 300),
 )}
+DICT_KEYS = {"name", "cuda_arch", "vram_mib", "bandwidth_gbs"}
 ALIASES = {"rtx 5060 ti": "rtx 5060 ti 16gb", "rtx 4060 ti": "rtx 4060 ti 16gb", "rtx 3060": "rtx 3060 12gb",
            "a4000": "rtx a4000", "a6000": "rtx a6000"}
 
@@ -39,11 +44,22 @@ ALIASES = {"rtx 5060 ti": "rtx 5060 ti 16gb", "rtx 4060 ti": "rtx 4060 ti 16gb",
 def lookup(entry: str | dict) -> Gpu:
     """A Gpu from a card name in the table or from a dict that describes the card."""
     if isinstance(entry, dict):
+        unknown = sorted(set(entry) - DICT_KEYS)
+        if unknown:
+            raise ValueError(f"GPU {entry!r}: unknown key {unknown[0]!r}: expected only {', '.join(sorted(DICT_KEYS))}")
         try:
-            return Gpu(str(entry["name"]), str(entry["cuda_arch"]), float(entry.get("vram_gib", 0)),
-                       float(entry.get("bandwidth_gbs", 0)))
+            gpu = Gpu(str(entry["name"]), str(entry["cuda_arch"]), entry.get("vram_mib", 0), entry.get("bandwidth_gbs", 0))
         except KeyError as missing:
             raise ValueError(f"GPU {entry!r} lacks {missing}: a dict needs at least name and cuda_arch") from None
+        for key, lo in (("vram_mib", 1024), ("bandwidth_gbs", 1)):
+            value = getattr(gpu, key)
+            if key in entry and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                     and lo <= value < 1e7):
+                raise ValueError(f"GPU {entry!r}: {key} = {value!r}: expected a number from {lo} to 10000000")
+        if not re.fullmatch(r"\d{2,3}", gpu.cuda_arch):
+            raise ValueError(f"GPU {entry!r}: cuda_arch = {gpu.cuda_arch!r}: expected a compute capability "
+                             "without the dot, such as '89'")
+        return Gpu(gpu.name, gpu.cuda_arch, int(gpu.vram_mib), float(gpu.bandwidth_gbs))
     key = str(entry).strip().lower()
     key = ALIASES.get(key, key)
     if key not in KNOWN_GPUS:

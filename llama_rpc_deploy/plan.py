@@ -11,28 +11,84 @@ time to read its weights from its memory, plus one network hop per device bounda
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from . import gguf_header
 from .gguf_header import ModelInfo
 from .settings import QUANTIZED_CACHE_TYPES
 
-# bytes per element of each KV cache type (block formats: bytes per block / elements per block)
-CACHE_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
-                    "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}
 GIB = 1024 ** 3
-COMPUTE_RESERVE = 512 * 1024 ** 2  # CUDA context, cuBLAS workspace, the graph's compute buffer
+MIB = 1024 ** 2
+COMPUTE_RESERVE = 512 * MIB  # the graph's compute buffer and cuBLAS workspace (llama-fit-params: 300-900 MiB)
+CUDA_CONTEXT = 384 * MIB  # what one process's CUDA context takes from a card before llama.cpp allocates
 UBATCH = 512
 HOP_SECONDS = 0.0003  # one boundary per token on a home LAN: latency plus a few KB of activations
 
 
-def kv_bytes(model: ModelInfo, layers: list[int], ctx: int, parallel: int, type_k: str, type_v: str) -> int:
-    """KV cache bytes of these layers: ctx cells for global layers, the window per slot for sliding ones."""
-    total = 0.0
+def row_bytes(cache_type: str, elements: int) -> int:
+    """ggml_row_size: a row of a KV cache type (block formats store blocks of 32)."""
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[cache_type.upper()]]
+    return elements // block * size
+
+
+def pad(n: int, to: int = 256) -> int:
+    return -(-n // to) * to
+
+
+@dataclass(frozen=True)
+class Context:
+    """What llama-server is asked for, as llama.cpp sizes its KV cache from it (src/llama-context.cpp,
+    llama-kv-cache.cpp, llama-kv-cache-iswa.cpp): the context is padded to 256 cells; without
+    --kv-unified each of the `parallel` slots is a stream of its own with ctx/parallel cells (padded)
+    and its own sliding window; with it, one stream of ctx cells that every slot shares."""
+    ctx: int
+    parallel: int = 1
+    type_k: str = "f16"
+    type_v: str = "f16"
+    flash_attn: bool = True  # 'auto' turns it on where the devices support it (CUDA, CPU)
+    unified: bool = False
+    ubatch: int = UBATCH
+
+    @property
+    def streams(self) -> int:
+        return 1 if self.unified else self.parallel
+
+    @property
+    def per_slot(self) -> int:
+        """The most tokens one request can hold (llama.cpp's n_ctx_seq)."""
+        return pad(self.ctx) if self.unified else pad(pad(self.ctx) // self.parallel)
+
+    def cells(self, window: int = 0) -> int:
+        """Cells of one stream: n_ctx_seq for a global layer, the window (and a ubatch) for a sliding one."""
+        if not window:
+            return self.per_slot
+        return pad(min(self.per_slot, window * (self.parallel if self.unified else 1) + self.ubatch))
+
+    def with_types(self, type_k: str, type_v: str) -> Context:
+        return dataclasses.replace(self, type_k=type_k, type_v=type_v)
+
+
+def kv_bytes(model: ModelInfo, layers: list[int], context: Context) -> int:
+    """KV cache (and recurrent state) bytes of these layers. Without flash attention V is stored
+    transposed, every layer's as wide as the widest (llama.cpp's TAG_V_CACHE_VARIABLE); a model with
+    latent attention (MLA) stores K only."""
+    v_widest = max(v for _, v in model.kv_per_token)
+    total = 0
     for il in layers:
         k, v = model.kv_per_token[il]
-        cells = min(ctx, model.swa_window * parallel + UBATCH) if model.swa_layers and model.swa_layers[il] else ctx
-        total += cells * (k * CACHE_TYPE_BYTES[type_k] + v * CACHE_TYPE_BYTES[type_v])
-    return int(total)
+        if model.recurrent_per_seq and model.recurrent_per_seq[il]:
+            total += 4 * model.recurrent_per_seq[il] * max(1, context.parallel)  # f32, one row per sequence
+        if not k:
+            continue
+        sliding = bool(model.swa_layers) and model.swa_layers[il]
+        cells = context.cells(model.swa_window if sliding else 0) * context.streams
+        total += row_bytes(context.type_k, k) * cells
+        if not model.mla:
+            total += row_bytes(context.type_v, v if context.flash_attn else v_widest) * cells
+    return total
 
 
 @dataclass(frozen=True)
@@ -40,8 +96,13 @@ class Device:
     name: str  # RPC0, CUDA0, ...
     host: str
     gpu: str
-    vram_bytes: int
+    vram_bytes: int  # the card's memory as CUDA reports it (nvidia-smi's memory.total); 0: a CPU device
     bandwidth: float  # bytes/s
+
+    @property
+    def usable(self) -> int:
+        """What llama.cpp can allocate: the card less its CUDA context."""
+        return self.vram_bytes - CUDA_CONTEXT if self.vram_bytes else 0
 
 
 @dataclass
@@ -51,10 +112,11 @@ class Placement:
     weights: int = 0
     kv: int = 0
     reserve: int = COMPUTE_RESERVE
+    mmproj: int = 0  # the vision projector's weights, on the first device of --device (common/arg.cpp)
 
     @property
     def free(self) -> int:
-        return self.device.vram_bytes - self.weights - self.kv - self.reserve
+        return self.device.usable - self.weights - self.kv - self.reserve - self.mmproj
 
     @property
     def fits(self) -> bool:
@@ -82,8 +144,8 @@ def assign_layers(n_layer: int, n_gpu_layers: int, shares: list[float]) -> list[
     return out
 
 
-def place(model: ModelInfo, devices: list[Device], shares: list[float], ctx: int, parallel: int,
-          type_k: str, type_v: str, n_gpu_layers: int = 999) -> tuple[list[Placement], int]:
+def place(model: ModelInfo, devices: list[Device], shares: list[float], context: Context,
+          n_gpu_layers: int = 999, mmproj_bytes: int = 0) -> tuple[list[Placement], int]:
     """Weights, KV and reserve per device for a split, and the bytes left in the host's memory
     (token embeddings always, plus whatever is not offloaded)."""
     placements = [Placement(device=d) for d in devices]
@@ -96,12 +158,14 @@ def place(model: ModelInfo, devices: list[Device], shares: list[float], ctx: int
         p = placements[index]
         p.layers.append(il)
         p.weights += model.layer_bytes[il]
-        p.kv += kv_bytes(model, [il], ctx, parallel, type_k, type_v)
+        p.kv += kv_bytes(model, [il], context)
     if where[-1] is None:
         host += model.output_bytes
     else:
         placements[where[-1]].weights += model.output_bytes
         placements[where[-1]].reserve += model.n_vocab * UBATCH * 4  # logits
+    if placements:
+        placements[0].mmproj = mmproj_bytes
     return placements, host
 
 
@@ -118,7 +182,7 @@ def ceiling(placements: list[Placement], hop_seconds: float = HOP_SECONDS) -> fl
     return 1.0 / (seconds + max(0, hops) * hop_seconds)
 
 
-def auto_split(model: ModelInfo, devices: list[Device], ctx: int, parallel: int, type_k: str, type_v: str) -> list[int]:
+def auto_split(model: ModelInfo, devices: list[Device], context: Context, mmproj_bytes: int = 0) -> list[int]:
     """Layers per device (in device order) that maximize the ceiling within every device's memory.
 
     The time per token is sum(bytes_i / bandwidth_i), so layers go to the fastest device that still
@@ -126,12 +190,12 @@ def auto_split(model: ModelInfo, devices: list[Device], ctx: int, parallel: int,
     The sum is below n_layer when the model does not fit.
     """
     n = model.n_layer
-    per_layer = [model.layer_bytes[i] + kv_bytes(model, [i], ctx, parallel, type_k, type_v) for i in range(n)]
+    per_layer = [model.layer_bytes[i] + kv_bytes(model, [i], context) for i in range(n)]
     mean = sum(per_layer) / n
     counts = [0] * len(devices)
     left = n
     for i in sorted(range(len(devices)), key=lambda i: -devices[i].bandwidth):
-        room = devices[i].vram_bytes - COMPUTE_RESERVE
+        room = devices[i].usable - COMPUTE_RESERVE - (mmproj_bytes if i == 0 else 0)
         if i == len(devices) - 1:
             room -= model.output_bytes + model.n_vocab * UBATCH * 4
         counts[i] = max(0, min(left, int(room // mean)))
@@ -140,12 +204,26 @@ def auto_split(model: ModelInfo, devices: list[Device], ctx: int, parallel: int,
     for _ in range(n):
         if sum(counts) == 0:
             break
-        placements, _ = place(model, devices, [float(c) for c in render_shares(counts)], ctx, parallel, type_k, type_v)
+        placements, _ = place(model, devices, [float(c) for c in render_shares(counts)], context,
+                              mmproj_bytes=mmproj_bytes)
         bad = [i for i, p in enumerate(placements) if not p.fits and counts[i]]
         if not bad:
             break
         counts[bad[0]] -= 1
     return counts
+
+
+def largest_context(model: ModelInfo, devices: list[Device], context: Context, mmproj_bytes: int = 0) -> int:
+    """The largest context (a multiple of 256) whose auto split still holds every layer."""
+    lo, hi = 0, max(model.n_ctx_train, 256) // 256
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        trial = dataclasses.replace(context, ctx=mid * 256)
+        if sum(auto_split(model, devices, trial, mmproj_bytes)) == model.n_layer:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * 256
 
 
 # --- the cluster's view ---
@@ -158,7 +236,9 @@ class CapacityPlan:
     tokens_per_s: float
     problems: list[str]  # each one stops the deploy
     warnings: list[str]
+    context: Context | None = None
     n_layer: int = 0
+    largest: dict[bool, int] = field(default_factory=dict)  # kv_unified -> the largest context whose auto split fits
 
     @property
     def fits(self) -> bool:
@@ -166,17 +246,32 @@ class CapacityPlan:
 
     def table(self) -> str:
         rows = [f"{'device':<26} {'card':<18} {'layers':>6} {'weights':>9} {'KV':>8} {'reserve':>8} "
-                f"{'memory':>8} {'free':>8}  fit"]
+                f"{'usable':>8} {'free':>8}  fit"]
         for p in self.placements:
             d = p.device
-            memory = f"{d.vram_bytes / GIB:7.2f}G" if d.vram_bytes else "     n/a"
+            memory = f"{d.usable / GIB:7.2f}G" if d.vram_bytes else "     n/a"
             free = f"{p.free / GIB:7.2f}G" if d.vram_bytes else "     n/a"
             fit = ("yes" if p.fits else "NO") if d.vram_bytes else "n/a"
-            rows.append(f"{d.name + ' ' + d.host:<26} {d.gpu:<18} {len(p.layers):>6} {p.weights / GIB:8.2f}G "
-                        f"{p.kv / GIB:7.2f}G {p.reserve / GIB:7.2f}G {memory} {free}  {fit}")
+            kv = f"{p.kv / GIB:7.2f}G" if self.context else "      ?"
+            weights = p.weights + p.mmproj
+            rows.append(f"{d.name + ' ' + d.host:<26} {d.gpu:<18} {len(p.layers):>6} {weights / GIB:8.2f}G "
+                        f"{kv} {p.reserve / GIB:7.2f}G {memory} {free}  {fit}")
         kept = self.n_layer - sum(len(p.layers) for p in self.placements)
         rows.append(f"host memory of the coordinator: {self.host_bytes / GIB:.2f}G (token embeddings"
                     f"{f', {kept} layers not offloaded' if kept else ''})")
+        if self.placements and self.placements[0].mmproj:
+            rows.append(f"vision projector (mmproj): {self.placements[0].mmproj / GIB:.2f}G on "
+                        f"{self.placements[0].device.name}, the first of --device (in its weights above)")
+        c = self.context
+        if c:
+            how = ("every slot shares one cache (--kv-unified)" if c.unified else
+                   "each slot has its own ctx/parallel cells; llama_kv_unified: true lets any slot use all")
+            rows.append(f"context: {c.ctx} tokens, {c.parallel} slots: up to {c.per_slot} tokens per request "
+                        f"({how}); KV {c.type_k}/{c.type_v}, flash attention {'on' if c.flash_attn else 'off'}")
+        for unified, tokens in self.largest.items():
+            largest = dataclasses.replace(c, ctx=tokens, unified=unified)
+            rows.append(f"largest context that fits with {c.parallel} slots{' (kv unified)' if unified else ''}: "
+                        f"{tokens} tokens, {largest.per_slot} per request")
         split = ",".join(str(c) for c in self.split) if self.split else "by free memory (llama.cpp's default)"
         rows.append(f"tensor split: {split}   predicted ceiling: {self.tokens_per_s:.1f} tokens/s")
         rows += [f"warning: {w}" for w in self.warnings] + [f"does not fit: {p}" for p in self.problems]
@@ -187,58 +282,92 @@ CPU_DEVICE_BANDWIDTH = 40e9  # a CPU rpc-server's memory, roughly (DDR4 dual cha
 SPECULATIVE_FLAGS = ("--spec-type", "-md", "--model-draft", "--draft", "--draft-max", "-mtp", "--mtp")
 
 
-def devices_of(cluster) -> list[Device]:
-    """Every worker's devices first (RPC0, RPC1, ...), the coordinator's GPUs last, as llama-server sees them."""
+def devices_of(cluster, reported: dict[str, list[int]] | None = None) -> list[Device]:
+    """Every worker's devices first (RPC0, RPC1, ...), the coordinator's GPUs last, as llama-server sees them.
+    A card's memory is the MiB that nvidia-smi reported on its host (`reported`: host -> [MiB per GPU]),
+    or the GPU table's figure."""
+    reported = reported or {}
     out = []
+
+    def memory(host, i, gpu) -> int:
+        found = reported.get(host, [])
+        return (found[i] if i < len(found) else gpu.vram_mib) * MIB
+
     index = 0
     for worker in cluster.workers:
-        for gpu in worker.gpus or [None]:
+        for i, gpu in enumerate(worker.gpus or [None]):
             out.append(Device(name=f"RPC{index}", host=worker.name, gpu=gpu.name if gpu else "CPU",
-                              vram_bytes=int(gpu.vram_gib * GIB) if gpu else 0,
+                              vram_bytes=memory(worker.name, i, gpu) if gpu else 0,
                               bandwidth=gpu.bandwidth_gbs * 1e9 if gpu else CPU_DEVICE_BANDWIDTH))
             index += 1
     for i, gpu in enumerate(cluster.coordinator.gpus):
         out.append(Device(name=f"CUDA{i}", host=cluster.coordinator.name, gpu=gpu.name,
-                          vram_bytes=int(gpu.vram_gib * GIB), bandwidth=gpu.bandwidth_gbs * 1e9))
+                          vram_bytes=memory(cluster.coordinator.name, i, gpu), bandwidth=gpu.bandwidth_gbs * 1e9))
     return out
 
 
-def plan_cluster(cluster, model: ModelInfo) -> CapacityPlan:
+def context_of(settings) -> Context:
+    return Context(ctx=settings["llama_ctx_size"], parallel=settings["llama_parallel"],
+                   type_k=settings["llama_cache_type_k"], type_v=settings["llama_cache_type_v"],
+                   flash_attn=settings["llama_flash_attn"] != "off", unified=settings["llama_kv_unified"])
+
+
+def plan_cluster(cluster, model: ModelInfo, reported: dict[str, list[int]] | None = None,
+                 mmproj: ModelInfo | None = None) -> CapacityPlan:
     s = cluster.settings
-    devices = devices_of(cluster)
-    ctx, parallel, tk, tv = s["llama_ctx_size"], s["llama_parallel"], s["llama_cache_type_k"], s["llama_cache_type_v"]
+    devices = devices_of(cluster, reported)
+    context = context_of(s)
     ngl = s["llama_n_gpu_layers"]
     split_setting = s["llama_tensor_split"]
-    problems = []
+    mmproj_bytes = mmproj.weight_bytes if mmproj else 0
+    problems, warnings = [], []
     unknown = [f"{d.name} ({d.host})" for d in devices if not d.vram_bytes]
     if split_setting == "auto" and unknown:
         problems.append(f"llama_tensor_split = 'auto' needs every device's memory, and {', '.join(unknown)} "
                         "is a CPU device: expected a list of shares for llama_tensor_split, or gpus on that host")
         split_setting = None
+    if not model.kv_modeled:
+        modeled = ", ".join(sorted(gguf_header.KV_LAYOUTS))
+        note = (f"the planner does not know how llama.cpp sizes the KV cache of architecture '{model.arch}' "
+                f"(it knows {modeled}), so it does not guess: ")
+        if split_setting == "auto":
+            problems.append(note + "expected llama_tensor_split as a list of shares for this model")
+            split_setting = None
+        else:
+            warnings.append(note + "no fit check; llama-server fits the context to the memory itself (--fit)")
     if split_setting == "auto":
-        counts = auto_split(model, devices, ctx, parallel, tk, tv)
+        counts = auto_split(model, devices, context, mmproj_bytes)
         if sum(counts) < model.n_layer:
-            problems.append(f"{model.n_layer} layers with {ctx} context ({tk}/{tv} KV, {parallel} slots) need more "
-                            f"memory than the devices have: {sum(counts)} layers fit")
+            problems.append(f"{model.n_layer} layers with {context.ctx} context ({context.type_k}/{context.type_v} KV, "
+                            f"{context.parallel} slots) need more memory than the devices have: {sum(counts)} layers fit")
         shares = [float(x) for x in render_shares(counts)] if sum(counts) else [1.0] * len(devices)
     elif split_setting:
         shares = [float(x) for x in split_setting]
     else:  # llama.cpp's default: by free memory (total memory here; 1 for a CPU device)
         shares = [float(d.vram_bytes or 1) for d in devices]
-    placements, host_bytes = place(model, devices, shares, ctx, parallel, tk, tv, ngl)
+    placements, host_bytes = place(model, devices, shares, context, ngl, mmproj_bytes)
+    if not model.kv_modeled:
+        for p in placements:
+            p.kv = 0
     for p in placements:
-        if p.device.vram_bytes and not p.fits:
-            need = p.weights + p.kv + p.reserve
-            problems.append(f"{ctx // 1024}K context with {tk} KV needs {need / GIB:.1f} GiB on the {p.device.gpu} "
-                            f"({p.device.name}, {p.device.host}), it has {p.device.vram_bytes / GIB:.1f}")
-    warnings = []
-    if tk in QUANTIZED_CACHE_TYPES or tv in QUANTIZED_CACHE_TYPES:
-        f16, _ = place(model, devices, shares, ctx, parallel, "f16", "f16", ngl)
+        if p.device.vram_bytes and not p.fits and model.kv_modeled:
+            need = p.weights + p.kv + p.reserve + p.mmproj
+            problems.append(f"{context.ctx // 1024}K context with {context.type_k} KV needs {need / GIB:.1f} GiB on the "
+                            f"{p.device.gpu} ({p.device.name}, {p.device.host}), it has {p.device.usable / GIB:.1f}")
+    quantized = context.type_k in QUANTIZED_CACHE_TYPES or context.type_v in QUANTIZED_CACHE_TYPES
+    if quantized and model.kv_modeled:
+        f16, _ = place(model, devices, shares, context.with_types("f16", "f16"), ngl, mmproj_bytes)
         if all(p.fits or not p.device.vram_bytes for p in f16):
-            warnings.append(f"KV cache {tk}/{tv} although f16 fits: f16 measured faster over RPC (23.5 vs 20 tok/s)")
+            warnings.append(f"KV cache {context.type_k}/{context.type_v} although f16 fits: "
+                            "f16 measured faster over RPC (23.5 vs 20 tok/s)")
     if any(flag in s["llama_extra_args"] for flag in SPECULATIVE_FLAGS):
         warnings.append("speculative decoding / MTP with RPC devices: measured slower, not faster (seed article)")
+    largest = {}
+    if model.kv_modeled and devices and all(d.vram_bytes for d in devices) and ngl >= model.n_layer + 1:
+        largest = {unified: largest_context(model, devices, dataclasses.replace(context, unified=unified), mmproj_bytes)
+                   for unified in (False, True)}
     rendered = [int(x) if float(x).is_integer() else x for x in shares] if split_setting else []
     return CapacityPlan(placements=placements, host_bytes=host_bytes, split=rendered,
                         tokens_per_s=ceiling(placements) if any(p.weights for p in placements) else 0.0,
-                        problems=problems, warnings=warnings, n_layer=model.n_layer)
+                        problems=problems, warnings=warnings, n_layer=model.n_layer,
+                        context=context if model.kv_modeled else None, largest=largest)

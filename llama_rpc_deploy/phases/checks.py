@@ -50,13 +50,19 @@ def host_is_ready(run: Run) -> None:
 
 
 def model_is_readable(me) -> None:
-    model, where = me.settings["llama_model_path"], me.origins["llama_model_path"]
+    for key in ("llama_model_path", "llama_mmproj_path"):
+        if me.settings[key]:
+            file_is_readable(me, key)
+
+
+def file_is_readable(me, key: str) -> None:
+    model, where = me.settings[key], me.origins[key]
     found = host.get_fact(File, path=model)
     if not found:
-        raise DeployError(f"{where}: llama_model_path = {model!r}: no such file on the coordinator {host.name}")
+        raise DeployError(f"{where}: {key} = {model!r}: no such file on the coordinator {host.name}")
     folder = host.get_fact(Directory, path=str(PurePosixPath(model).parent))
     if not (int(str(found["mode"]), 8) & 0o004 and folder and int(str(folder["mode"]), 8) & 0o005 == 0o005):
-        raise DeployError(f"{where}: llama_model_path = {model!r}: llama-server runs as the unprivileged user "
+        raise DeployError(f"{where}: {key} = {model!r}: llama-server runs as the unprivileged user "
                           f"{SERVICE_USER}, which cannot read it on {host.name}: expected the file readable by "
                           "others and its folder listable (chmod o+r FILE; chmod o+rx FOLDER)")
 
@@ -65,13 +71,21 @@ def model_fits(run: Run) -> None:
     """The planner, on the model file's header read from the coordinator: refuse what won't fit,
     warn on what the seed measured slow, and resolve llama_tensor_split = 'auto'."""
     cluster = run.deployment.cluster
-    model_path = cluster.settings["llama_model_path"]
-    try:
-        model = gguf_header.read_remote_model(
-            lambda limit: host.get_fact(facts.GgufHeader, path=model_path, limit=limit))
-    except Exception as error:  # not a GGUF file
-        raise DeployError(f"llama_model_path = {model_path!r}: {error}") from None
-    capacity = plan.plan_cluster(cluster, model)
+    models = {}
+    for key in ("llama_model_path", "llama_mmproj_path"):
+        path = cluster.settings[key]
+        if not path:
+            continue
+        try:
+            models[key] = gguf_header.read_remote_model(
+                lambda file, limit: host.get_fact(facts.GgufHeader, path=file, limit=limit), path)
+        except Exception as error:  # not a GGUF file, a shard missing
+            raise DeployError(f"{cluster.coordinator.origins[key]}: {key} = {path!r}: {error}") from None
+    # each card's memory as its host's nvidia-smi reports it, where it does
+    reported = {h.name: [mib for _, mib in inventory.get_host(h.name).get_fact(facts.NvidiaGpus)]
+                for h in cluster.hosts if h.gpus}
+    capacity = plan.plan_cluster(cluster, models["llama_model_path"], reported=reported,
+                                 mmproj=models.get("llama_mmproj_path"))
     for line in capacity.table().splitlines():
         logger.info(f"    [plan] {line}")
     if capacity.problems:

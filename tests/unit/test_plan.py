@@ -2,7 +2,7 @@
 import pytest
 
 from llama_rpc_deploy.gguf_header import ModelInfo, read_model
-from llama_rpc_deploy.plan import GIB, Device, auto_split, ceiling, kv_bytes, place, plan_cluster, render_shares
+from llama_rpc_deploy.plan import GIB, Context, Device, auto_split, ceiling, kv_bytes, place, plan_cluster, render_shares
 
 from .helpers import cluster
 from .shaped import write_shaped
@@ -43,16 +43,20 @@ def test_dense_layer_bytes_by_hand(llama8b):
 
 def test_dense_kv_cache_by_hand(llama8b):
     # 32 layers x 8192 cells x (1024 K + 1024 V) x 2 bytes = 1 GiB
-    assert kv_bytes(llama8b, list(range(32)), 8192, 1, "f16", "f16") == 32 * 8192 * 2048 * 2 == GIB
-    assert kv_bytes(llama8b, list(range(32)), 8192, 1, "q8_0", "q8_0") == 32 * 8192 * 2048 * 34 // 32
+    assert kv_bytes(llama8b, list(range(32)), Context(8192, 1, "f16", "f16")) == 32 * 8192 * 2048 * 2 == GIB
+    assert kv_bytes(llama8b, list(range(32)), Context(8192, 1, "q8_0", "q8_0")) == 32 * 8192 * 2048 * 34 // 32
 
 
 def test_sliding_window_kv_by_hand(gemma27b):
     assert gemma27b.swa_window == 1024 and sum(gemma27b.swa_layers) == 52  # every 6th of 62 layers is global
     assert gemma27b.output_bytes == gemma27b.input_bytes + 5376 * 4  # tied: token_embd again, plus the norm
-    # global: 10 layers x 65536 cells; sliding: 52 layers x min(65536, 1024 x 4 slots + 512) cells;
+    # each of the 4 slots is a stream of 16384 cells: global: 10 layers x 4 x 16384 cells; sliding: 52 layers x
+    # 4 x min(16384, 1024 + 512) cells;
     # each cell (16 x 128 K + 16 x 128 V) x 2 bytes = 8192 bytes
-    assert kv_bytes(gemma27b, list(range(62)), 65536, 4, "f16", "f16") == 10 * 65536 * 8192 + 52 * 4608 * 8192
+    assert kv_bytes(gemma27b, list(range(62)), Context(65536, 4, "f16", "f16")) == 10 * 65536 * 8192 + 52 * 4 * 1536 * 8192
+    # --kv-unified: one stream of 65536 cells; the window holds 1024 x 4 slots + 512
+    unified = Context(65536, 4, "f16", "f16", unified=True)
+    assert kv_bytes(gemma27b, list(range(62)), unified) == 10 * 65536 * 8192 + 52 * 4608 * 8192
 
 
 def seed_model(weights_gb=17.0, n_layer=60):
@@ -68,7 +72,7 @@ SERVER_5060TI = Device("RPC0", "server", "RTX 5060 Ti 16GB", 16 * GIB, 448e9)
 
 def test_seed_ceiling_is_about_32_tokens_per_second():
     """17 GB split in half over a 4080 (717 GB/s) and a 5060 Ti (448 GB/s): 1 / (8.5/717 + 8.5/448) s."""
-    placements, _ = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], [30, 31], 4096, 1, "f16", "f16")
+    placements, _ = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], [30, 31], Context(4096))
     assert [len(p.layers) for p in placements] == [30, 30]  # the output layer counts as the 61st
     by_hand = 1 / (8.5e9 / 448e9 + 8.5e9 / 717e9 + 0.0003)
     assert ceiling(placements) == pytest.approx(by_hand)
@@ -76,12 +80,12 @@ def test_seed_ceiling_is_about_32_tokens_per_second():
 
 
 def test_auto_split_fills_the_faster_card_first():
-    counts = auto_split(seed_model(), [SERVER_5060TI, DESKTOP_4080], 8192, 1, "f16", "f16")
+    counts = auto_split(seed_model(), [SERVER_5060TI, DESKTOP_4080], Context(8192))
     assert sum(counts) == 60 and counts[1] > counts[0]
-    placements, _ = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], render_shares(counts), 8192, 1, "f16", "f16")
+    placements, _ = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], render_shares(counts), Context(8192))
     assert [len(p.layers) for p in placements] == counts
     assert all(p.fits for p in placements)
-    half, _ = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], [30, 31], 8192, 1, "f16", "f16")
+    half, _ = place(seed_model(), [SERVER_5060TI, DESKTOP_4080], [30, 31], Context(8192))
     assert ceiling(placements) > ceiling(half)
 
 
@@ -93,11 +97,11 @@ def test_plan_for_the_seed_pair_fits_64k_and_refuses_128k(dense31b):
     assert [p.device.name for p in fits.placements] == ["RPC0", "CUDA0"]
     assert sum(len(p.layers) for p in fits.placements) == 60 and fits.host_bytes == dense31b.input_bytes
     # KV at 128K: 60 layers x 131072 cells x (512 + 512) x 2 bytes = 15 GiB on top of 18 GB of weights
-    assert kv_bytes(dense31b, list(range(60)), 131072, 4, "f16", "f16") == 60 * 131072 * 1024 * 2 == 15 * GIB
+    assert kv_bytes(dense31b, list(range(60)), Context(131072, 4, "f16", "f16")) == 60 * 131072 * 1024 * 2 == 15 * GIB
     too_big = plan_cluster(cluster(all_data={"llama_ctx_size": 131072, "llama_parallel": 4, "llama_tensor_split": [1, 1]}),
                            dense31b)
     assert not too_big.fits
-    assert any(p.startswith("128K context with f16 KV needs ") and "it has 16.0" in p for p in too_big.problems)
+    assert any(p.startswith("128K context with f16 KV needs ") and "it has 15.1" in p for p in too_big.problems)
 
 
 def test_sliding_window_makes_128k_fit_where_dense_does_not(gemma27b):
