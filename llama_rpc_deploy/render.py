@@ -32,6 +32,7 @@ WATCHDOG_RETRANSMISSIONS = 7  # retransmissions of unacknowledged data (about 25
 FIREWALL_CHAIN = "LLAMA-RPC"
 API_KEY_PATH = "/etc/llama-rpc/api_key"  # on the coordinator: owned by SERVICE_USER, mode 0400
 API_KEY_MOUNT = "/run/secrets/llama-api-key"
+MMPROJ_MOUNT = "/mmproj"
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -69,6 +70,8 @@ def llama_server_args(cluster: Cluster, model_file: str, api_key: bool) -> list[
     split, sleep, threads = s["llama_tensor_split"], s["llama_sleep_idle_seconds"], s["llama_threads"]
     return [
         line("--model", f"/models/{model_file}"),
+        *([line("--mmproj", f"{MMPROJ_MOUNT}/{PurePosixPath(s['llama_mmproj_path']).name}")]
+          if s["llama_mmproj_path"] else []),
         line("--host", s["llama_host"] or cluster.coordinator.address),
         line("--port", s["llama_port"]),
         *([line("--api-key-file", API_KEY_MOUNT)] if api_key else []),
@@ -79,6 +82,7 @@ def llama_server_args(cluster: Cluster, model_file: str, api_key: bool) -> list[
         *([line("--tensor-split", ",".join(str(x) for x in split))] if split else []),
         line("--ctx-size", s["llama_ctx_size"]),
         line("--parallel", s["llama_parallel"]),
+        *([line("--kv-unified")] if s["llama_kv_unified"] else []),
         line("--cache-type-k", s["llama_cache_type_k"]),
         line("--cache-type-v", s["llama_cache_type_v"]),
         line("--flash-attn", s["llama_flash_attn"]),
@@ -152,6 +156,8 @@ def coordinator_files(cluster: Cluster, image: str) -> dict[str, str]:
         raise ValueError("llama_tensor_split = 'auto' must be resolved by the planner (Deployment.with_split) first")
     model = PurePosixPath(s["llama_model_path"])
     volumes = [(str(model.parent), "/models:ro")]
+    if s["llama_mmproj_path"]:
+        volumes.append((str(PurePosixPath(s["llama_mmproj_path"]).parent), f"{MMPROJ_MOUNT}:ro"))
     if s["llama_api_key_file"]:
         volumes.append((API_KEY_PATH, f"{API_KEY_MOUNT}:ro"))
     return {

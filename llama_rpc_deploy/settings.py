@@ -122,8 +122,17 @@ SETTINGS: tuple[Setting, ...] = (
     # --- the model and llama-server (coordinator) ---
     S("llama_model_path", f"/{PLACEHOLDER}/model.gguf", ABS_PATH,
       "GGUF file on the coordinator (e.g. inside LM Studio's models folder); its folder is mounted read-only.", "server"),
-    S("llama_ctx_size", 65536, _int(256), "Context size in tokens, shared by all parallel slots.", "server"),
+    S("llama_mmproj_path", None, _optional(ABS_PATH),
+      "A vision projector (mmproj-*.gguf, next to the model in LM Studio's folder) on the coordinator: "
+      "llama-server gets --mmproj and answers image requests; its folder is mounted read-only. "
+      "llama.cpp puts it on the first device (RPC0) and the planner counts it there.", "server"),
+    S("llama_ctx_size", 65536, _int(256),
+      "Context size in tokens. Each of the llama_parallel slots gets ctx/parallel of it (`plan` shows "
+      "the figure), unless llama_kv_unified.", "server"),
     S("llama_parallel", 4, _int(1, 256), "Parallel request slots.", "server"),
+    S("llama_kv_unified", False, BOOL,
+      "True: one KV cache that all slots share (--kv-unified), so one request may use the whole context "
+      "while the others are idle. False: each slot has its own ctx/parallel tokens.", "server"),
     S("llama_cache_type_k", "f16", _one_of(*CACHE_TYPES), "KV cache type for K. f16 measured faster than q8_0 over RPC.", "server"),
     S("llama_cache_type_v", "f16", _one_of(*CACHE_TYPES), "KV cache type for V.", "server"),
     S("llama_flash_attn", "auto", _one_of("on", "off", "auto"), "Flash attention.", "server"),
