@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             model = args.model or Path(cluster.settings["llama_model_path"])
             mmproj = args.mmproj or (cluster.settings["llama_mmproj_path"] and Path(cluster.settings["llama_mmproj_path"]))
             read = {}
-            for what, path in (("--model", model), ("--mmproj", mmproj)):
+            for what, path, reader in (("--model", model, gguf_header.read_model),
+                                       ("--mmproj", mmproj, gguf_header.projector_bytes)):
                 if not path:
                     continue
                 if not path.is_file():
@@ -104,11 +105,11 @@ def main(argv: list[str] | None = None) -> int:
                           "(only its header is read)", file=sys.stderr)
                     return 2
                 try:
-                    read[what] = gguf_header.read_model(path)
+                    read[what] = reader(path)
                 except Exception as error:  # not a GGUF file, cut short, a shard missing
                     print(f"error: {what} {path}: not a readable GGUF file: {error}", file=sys.stderr)
                     return 2
-            capacity = plan.plan_cluster(cluster, read["--model"], mmproj=read.get("--mmproj"))
+            capacity = plan.plan_cluster(cluster, read["--model"], mmproj_bytes=read.get("--mmproj", 0))
             print(capacity.table())
             return 2 if capacity.problems else 0
         elif args.command == "settings":

@@ -232,6 +232,15 @@ def read_model(path: Path | str, shards: list | None = None) -> ModelInfo:
                      recurrent_per_seq=tuple(state), shards=tuple(str(s) for s in shards) if n_split > 1 else ())
 
 
+def projector_bytes(path: Path | str, shards: list | None = None) -> int:
+    """The weights of a vision projector (mmproj-*.gguf, architecture 'clip'): every tensor in it."""
+    header = read_header(path)
+    if header.fields.get("general.architecture") != "clip":
+        raise ValueError(f"{path}: general.architecture = {header.fields.get('general.architecture')!r}: "
+                         "expected 'clip', a vision projector (mmproj) file")
+    return sum(nbytes for _, _, nbytes in header.tensors)
+
+
 HEADER_STEPS = (256 << 10, 4 << 20, 32 << 20, 128 << 20)  # GGUF metadata + tensor table: KBs, MBs with a big vocabulary
 
 
@@ -260,14 +269,16 @@ def _fetch_header(fetch, path: str, out: Path) -> Path:
     raise ValueError(f"{path}: the file ends inside its GGUF header ({error})")
 
 
-def read_remote_model(fetch, path: str) -> ModelInfo:
-    """read_model() of a file on a host, every shard of a split model included; fetch(path, limit)
-    returns (file size, its first `limit` bytes)."""
+def read_remote_model(fetch, path: str, read=None):
+    """read_model() (or another reader, such as projector_bytes) of a file on a host, every shard of a
+    split model included; fetch(path, limit) returns (file size, its first `limit` bytes)."""
     with tempfile.TemporaryDirectory() as folder:
         first = _fetch_header(fetch, path, Path(folder) / "0.gguf")
         shards = shard_paths(path)
         if len(shards) == 1 and int(read_header(first).fields.get("split.count", 1) or 1) > 1:
             raise ValueError(f"{path}: a split model's first shard must be named like …-00001-of-0000N.gguf")
         local = [first] + [_fetch_header(fetch, str(p), Path(folder) / f"{i}.gguf") for i, p in enumerate(shards[1:], 1)]
-        info = read_model(first, shards=local)
+        info = (read or read_model)(first, shards=local)
+    if not isinstance(info, ModelInfo):
+        return info
     return dataclasses.replace(info, path=path, shards=tuple(str(p) for p in shards) if info.shards else ())

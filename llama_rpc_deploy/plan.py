@@ -327,13 +327,12 @@ def context_of(settings) -> Context:
 
 
 def plan_cluster(cluster, model: ModelInfo, reported: dict[str, list[int]] | None = None,
-                 mmproj: ModelInfo | None = None) -> CapacityPlan:
+                 mmproj_bytes: int = 0) -> CapacityPlan:
     s = cluster.settings
     devices = devices_of(cluster, reported)
     context = context_of(s)
     ngl = s["llama_n_gpu_layers"]
     split_setting = s["llama_tensor_split"]
-    mmproj_bytes = mmproj.weight_bytes if mmproj else 0
     problems, warnings = [], []
     unknown = [f"{d.name} ({d.host})" for d in devices if not d.vram_bytes]
     if split_setting == "auto" and unknown:

@@ -69,10 +69,12 @@ def vocabulary() -> tuple[list[bytes], list[float], list[int]]:
 
 
 def _write_gguf(path: Path, shape: Shape, name: str, vocab: tuple[list[bytes], list[float], list[int]],
-                tensors: dict[str, np.ndarray], chat_template: str | None = None) -> Path:
+                tensors: dict[str, np.ndarray], chat_template: str | None = None, split_max_tensors: int = 0) -> Path:
+    """The GGUF file, or with split_max_tensors the shards llama-gguf-split would write
+    (PATH-00001-of-0000N.gguf, …): the path of the first one."""
     tokens, scores, types = vocab
     head_dim = shape.n_embd // shape.n_head
-    writer = GGUFWriter(str(path), "llama")
+    writer = GGUFWriter(str(path), "llama", split_max_tensors=split_max_tensors)
     writer.add_name(name)
     writer.add_context_length(shape.n_ctx_train)
     writer.add_embedding_length(shape.n_embd)
@@ -100,7 +102,8 @@ def _write_gguf(path: Path, shape: Shape, name: str, vocab: tuple[list[bytes], l
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return path
+    shards = writer.format_shard_names(path)
+    return shards[0]
 
 
 def _random_layers(rng: np.random.Generator, shape: Shape, std: float) -> dict[str, np.ndarray]:
@@ -280,10 +283,12 @@ def sentence_weights(shape: Shape = Shape()) -> dict[str, np.ndarray]:
     return tensors
 
 
-def write_sentence_model(path: Path, shape: Shape = Shape()) -> Path:
-    """The sentence model (default shape: the lab's, 8 layers of 512, about 50 MB)."""
+def write_sentence_model(path: Path, shape: Shape = Shape(), split_max_tensors: int = 0) -> Path:
+    """The sentence model (default shape: the lab's, 8 layers of 512, about 50 MB); split into shards
+    of at most split_max_tensors tensors when that is set (the first shard's path is returned)."""
     return _write_gguf(path, shape, "llama-rpc-deploy sentence model (greedy output is known)",
-                       sentence_vocabulary(), sentence_weights(shape), chat_template=CHAT_TEMPLATE)
+                       sentence_vocabulary(), sentence_weights(shape), chat_template=CHAT_TEMPLATE,
+                       split_max_tensors=split_max_tensors)
 
 
 # --- a numpy reference of llama.cpp's llama graph, for the margins --------------------------------

@@ -72,20 +72,20 @@ def model_fits(run: Run) -> None:
     warn on what the seed measured slow, and resolve llama_tensor_split = 'auto'."""
     cluster = run.deployment.cluster
     models = {}
-    for key in ("llama_model_path", "llama_mmproj_path"):
+    for key, read in (("llama_model_path", gguf_header.read_model), ("llama_mmproj_path", gguf_header.projector_bytes)):
         path = cluster.settings[key]
         if not path:
             continue
         try:
             models[key] = gguf_header.read_remote_model(
-                lambda file, limit: host.get_fact(facts.GgufHeader, path=file, limit=limit), path)
+                lambda file, limit: host.get_fact(facts.GgufHeader, path=file, limit=limit), path, read)
         except Exception as error:  # not a GGUF file, a shard missing
             raise DeployError(f"{cluster.coordinator.origins[key]}: {key} = {path!r}: {error}") from None
     # each card's memory as its host's nvidia-smi reports it, where it does
     reported = {h.name: [mib for _, mib in inventory.get_host(h.name).get_fact(facts.NvidiaGpus)]
                 for h in cluster.hosts if h.gpus}
     capacity = plan.plan_cluster(cluster, models["llama_model_path"], reported=reported,
-                                 mmproj=models.get("llama_mmproj_path"))
+                                 mmproj_bytes=models.get("llama_mmproj_path", 0))
     for line in capacity.table().splitlines():
         logger.info(f"    [plan] {line}")
     if capacity.problems:

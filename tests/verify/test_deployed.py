@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from llama_rpc_deploy import client, render
+from llama_rpc_deploy import client, load_report, render
 from llama_rpc_deploy.plan import plan_cluster
 
 
@@ -107,21 +107,23 @@ def test_worker_holds_part_of_the_model(coordinator, worker_plan):
     assert sizes[-1] > 0
 
 
-def test_planner_weights_match_llama_cpp_load_report(coordinator, deployment, model):
-    """The capacity planner's weights per device, within 10% of what llama-server reported loading."""
+def test_planner_matches_llama_cpp_load_report(coordinator, deployment, model):
+    """The capacity planner's weights and KV cache per device, within 3% of what llama-server reported
+    allocating when it loaded the model (llama_rpc_deploy/load_report.py reads the report)."""
     plan = plan_cluster(deployment.cluster, model)
-    log = coordinator.check_output("journalctl -u %s --no-pager -o cat -n 5000", render.COORDINATOR_UNIT)
+    report = load_report.parse(coordinator.check_output("journalctl -u %s --no-pager -o cat -n 5000",
+                                                        render.COORDINATOR_UNIT))
     mib = 1024 ** 2
     for worker in deployment.cluster.workers:
         mine = [p for p in plan.placements if p.device.host == worker.name]
-        for index, placement in enumerate(mine):  # the load report numbers each server's devices from 0
-            name = re.escape(f"RPC{index}[{worker.rpc_endpoint}]")
-            reported = [float(m) for m in re.findall(rf"{name} model buffer size =\s*([0-9.]+) MiB", log)]
-            assert reported, f"no load report for {worker.rpc_endpoint}"
-            assert reported[-1] == pytest.approx(placement.weights / mib, rel=0.10), placement.device.name
-    host = [float(m) for m in re.findall(r"CPU_Mapped model buffer size =\s*([0-9.]+) MiB", log)]
+        for kind in ("model", "KV"):
+            reported = report.on(worker.rpc_endpoint, kind)
+            assert len(reported) == len(mine), f"no {kind} buffer for {worker.rpc_endpoint} in the load report"
+            for placement, found in zip(mine, reported):
+                planned = (placement.weights + placement.mmproj if kind == "model" else placement.kv) / mib
+                assert planned == pytest.approx(found, rel=0.03, abs=0.02), (placement.device.name, kind)
     # A CPU with AMX (or another repacking CPU backend) moves the layers it keeps into a buffer of its own
-    # ("AMX model buffer size"), which the planner does not model yet (issue 13): then only the devices count.
-    repacked = re.search(r"(AMX|CPU_REPACK|CPU_AARCH64) model buffer size", log)
-    if host and not repacked:  # mmap'ed weights kept in the coordinator's memory
-        assert host[-1] == pytest.approx(plan.host_bytes / mib, rel=0.10)
+    # ("AMX model buffer size"): then the host's figure is split in two, and only the devices count.
+    repacked = any(re.match(r"(AMX|CPU_REPACK|CPU_AARCH64)", d) for d in report.model)
+    if "CPU_Mapped" in report.model and not repacked:  # mmap'ed weights kept in the coordinator's memory
+        assert report.model["CPU_Mapped"] == pytest.approx(plan.host_bytes / mib, rel=0.03)
