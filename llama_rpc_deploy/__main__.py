@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 from . import client, gguf_header, lab, plan, settings
@@ -83,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
                                args.png, args.sleep_wait)
             print(bench.table(result))
         elif args.command == "plan":
-            from pyinfra_cli.util import parse_cli_arg
+            with warnings.catch_warnings():  # pyinfra_cli monkey-patches ssl on import, and says so
+                warnings.simplefilter("ignore")
+                from pyinfra_cli.util import parse_cli_arg  # --data values as pyinfra reads them
 
             overrides = {}
             for item in args.data:

@@ -229,7 +229,7 @@ def auto_split(model: ModelInfo, devices: list[Device], context: Context, mmproj
 
 def largest_context(model: ModelInfo, devices: list[Device], context: Context, mmproj_bytes: int = 0) -> int:
     """The largest context (a multiple of 256) whose auto split still holds every layer."""
-    lo, hi = 0, max(model.n_ctx_train, 256) // 256
+    lo, hi = 0, max(model.n_ctx_train, 256) // 256  # llama.cpp runs past the trained length, but warns
     while lo < hi:
         mid = (lo + hi + 1) // 2
         trial = dataclasses.replace(context, ctx=mid * 256)
@@ -253,6 +253,7 @@ class CapacityPlan:
     context: Context | None = None
     n_layer: int = 0
     largest: dict[bool, int] = field(default_factory=dict)  # kv_unified -> the largest context whose auto split fits
+    n_ctx_train: int = 0
 
     @property
     def fits(self) -> bool:
@@ -285,7 +286,8 @@ class CapacityPlan:
         for unified, tokens in self.largest.items():
             largest = dataclasses.replace(c, ctx=tokens, unified=unified)
             rows.append(f"largest context that fits with {c.parallel} slots{' (kv unified)' if unified else ''}: "
-                        f"{tokens} tokens, {largest.per_slot} per request")
+                        f"{tokens} tokens, {largest.per_slot} per request"
+                        f"{' (the model is trained for no more)' if tokens >= self.n_ctx_train > 0 else ''}")
         split = ",".join(str(c) for c in self.split) if self.split else "by free memory (llama.cpp's default)"
         rows.append(f"tensor split: {split}   predicted ceiling: {self.tokens_per_s:.1f} tokens/s")
         rows += [f"warning: {w}" for w in self.warnings] + [f"does not fit: {p}" for p in self.problems]
@@ -383,4 +385,5 @@ def plan_cluster(cluster, model: ModelInfo, reported: dict[str, list[int]] | Non
     return CapacityPlan(placements=placements, host_bytes=host_bytes, split=rendered,
                         tokens_per_s=ceiling(placements) if any(p.weights for p in placements) else 0.0,
                         problems=problems, warnings=warnings, n_layer=model.n_layer,
-                        context=context if model.kv_modeled else None, largest=largest)
+                        context=context if model.kv_modeled else None, largest=largest,
+                        n_ctx_train=model.n_ctx_train)

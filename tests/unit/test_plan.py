@@ -147,3 +147,89 @@ def test_auto_split_reaches_the_launch_script(dense31b):
     script = coordinator_files(dep.with_split(plan.split).cluster, dep.image)["/opt/llama-rpc/llama-server.sh"]
     assert f"--tensor-split {','.join(str(x) for x in plan.split)} " in script
     assert plan.split[-1] == len(plan.placements[-1].layers) + 1  # the output layer rides on the last device
+
+
+def test_cards_count_what_nvidia_smi_reports_less_the_cuda_context():
+    from llama_rpc_deploy.plan import CUDA_CONTEXT, MIB, devices_of
+
+    c = cluster()
+    table = devices_of(c)
+    assert [(d.name, d.vram_bytes // MIB) for d in table] == [("RPC0", 15849), ("CUDA0", 16375)]
+    reported = devices_of(c, reported={"10.0.0.20": [16311]})
+    assert reported[0].vram_bytes == 16311 * MIB and reported[1].vram_bytes == 16375 * MIB
+    assert reported[0].usable == 16311 * MIB - CUDA_CONTEXT
+
+
+def test_an_architecture_the_planner_does_not_model_is_named_not_guessed(tmp_path):
+    phi = read_model(write_shaped(tmp_path / "phi.gguf", arch="phi3", n_layer=32, n_embd=3072, n_head=32,
+                                  n_head_kv=32, head_dim=96, n_ff=8192, n_vocab=32064))
+    assert not phi.kv_modeled
+    auto = plan_cluster(cluster(all_data={"llama_tensor_split": "auto"}), phi)
+    assert any("architecture 'phi3'" in p and "expected llama_tensor_split as a list" in p for p in auto.problems)
+    given = plan_cluster(cluster(all_data={"llama_tensor_split": [1, 1]}), phi)
+    assert given.fits and given.context is None and all(p.kv == 0 for p in given.placements)
+    assert any("architecture 'phi3'" in w and "does not guess" in w for w in given.warnings)
+    assert "      ?" in given.table()
+
+
+def test_the_auto_split_is_the_fastest_split_that_fits(gemma27b):
+    """Against every split of the layers between the two cards, placed by llama.cpp's rule."""
+    devices = [SERVER_5060TI, DESKTOP_4080]
+    context = Context(65536, 4)
+    counts = auto_split(gemma27b, devices, context)
+    splits = []
+    for first in range(gemma27b.n_layer + 1):
+        placements, _ = place(gemma27b, devices, render_shares([first, gemma27b.n_layer - first]), context)
+        if all(p.fits for p in placements):
+            splits.append((ceiling(placements), first))
+    assert splits and counts[0] == max(splits)[1]
+
+
+def test_the_largest_context_is_where_the_auto_split_stops_fitting(dense31b):
+    from llama_rpc_deploy.plan import largest_context
+
+    devices = [SERVER_5060TI, DESKTOP_4080]
+    for unified in (False, True):
+        edge = largest_context(dense31b, devices, Context(4096, 4, unified=unified))
+        assert 4096 < edge < dense31b.n_ctx_train
+        assert auto_split(dense31b, devices, Context(edge, 4, unified=unified)) is not None
+        assert auto_split(dense31b, devices, Context(edge + 256, 4, unified=unified)) is None
+
+
+def test_the_plan_says_how_much_context_each_request_gets(gemma27b):
+    per_slot = plan_cluster(cluster(all_data={"llama_ctx_size": 65536, "llama_parallel": 4}), gemma27b)
+    assert "up to 16384 tokens per request" in per_slot.table()
+    unified = plan_cluster(cluster(all_data={"llama_ctx_size": 65536, "llama_parallel": 4, "llama_kv_unified": True}),
+                           gemma27b)
+    assert "up to 65536 tokens per request" in unified.table()
+    assert unified.placements[0].kv < per_slot.placements[0].kv  # one window of 4 x 1024 + 512 instead of 4 of 1536
+
+
+def test_a_split_model_is_read_from_every_shard_and_a_missing_one_is_named(tmp_path):
+    from llama_rpc_deploy.testmodel import write_sentence_model
+
+    whole = read_model(write_sentence_model(tmp_path / "whole" / "m.gguf"))
+    first = write_sentence_model(tmp_path / "split" / "m.gguf", split_max_tensors=30)
+    split = read_model(first)
+    assert first.name == "m-00001-of-00003.gguf" and len(split.shards) == 3
+    assert split.layer_bytes == whole.layer_bytes and split.weight_bytes == whole.weight_bytes
+    (tmp_path / "split" / "m-00002-of-00003.gguf").unlink()
+    with pytest.raises(ValueError, match="m-00002-of-00003.gguf: no such file"):
+        read_model(first)
+
+
+def test_plan_ends_in_one_line_on_a_file_that_is_not_gguf(tmp_path, capsys):
+    from llama_rpc_deploy.__main__ import main
+
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text('coordinator = [("10.0.0.10", {"gpus": ["RTX 4080"]})]\n'
+                         'workers = [("10.0.0.20", {"gpus": ["RTX 5060 Ti"]})]\n')
+    junk = tmp_path / "model.gguf"
+    junk.write_text("not a model\n")
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(write_shaped(tmp_path / "whole.gguf", arch="llama", n_layer=2, n_embd=256, n_head=4,
+                                 n_head_kv=4, head_dim=64, n_ff=512, n_vocab=256).read_bytes()[:100])
+    for path, words in ((junk, "not a GGUF file"), (cut, "ends inside its GGUF header")):
+        assert main(["plan", "-i", str(inventory), "--model", str(path), "--data", "llama_model_path=/m.gguf"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--model {path}" in err and words in err, err

@@ -41,8 +41,19 @@ def test_llama_server_carries_the_settings():
 
 def test_optional_flags_only_when_set_and_no_speculative_decoding():
     argv = words(server_script(cluster()))
-    for absent in ("--tensor-split", "--sleep-idle-seconds", "--threads", "--spec-type", "--model-draft", "-md"):
+    for absent in ("--tensor-split", "--sleep-idle-seconds", "--threads", "--spec-type", "--model-draft", "-md",
+                   "--kv-unified", "--mmproj"):
         assert absent not in argv
+
+
+def test_unified_kv_and_the_projector_reach_llama_server():
+    """llama_mmproj_path: its folder mounted read-only of its own, --mmproj the file in it."""
+    c = cluster(all_data={"llama_kv_unified": True, "llama_mmproj_path": "/srv/vision/mmproj-gemma-4-31B-F16.gguf"})
+    argv = words(server_script(c))
+    assert "--kv-unified" in argv
+    assert flag(argv, "--mmproj") == "/mmproj/mmproj-gemma-4-31B-F16.gguf"
+    volumes = [argv[i + 1] for i, word in enumerate(argv) if word == "--volume"]
+    assert "/srv/vision:/mmproj:ro" in volumes and "/srv/models/lmstudio-community:/models:ro" in volumes
 
 
 def test_extra_args_are_quoted_one_word_each():
