@@ -1,7 +1,7 @@
 """pyinfra facts this deploy reads on the hosts before it changes anything."""
 from __future__ import annotations
 
-import shlex
+from .quoting import shell
 
 from pyinfra.api import FactBase
 
@@ -10,7 +10,7 @@ class DockerImageId(FactBase):
     """The ID (sha256:...) of a local image by name:tag, or None when the host does not have it."""
 
     def command(self, image: str) -> str:
-        return f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(image)} 2>/dev/null || true"
+        return f"docker image inspect --format '{{{{.Id}}}}' {shell(image)} 2>/dev/null || true"
 
     def process(self, output: list[str]) -> str | None:
         lines = [line.strip() for line in output if line.strip().startswith("sha256:")]
@@ -35,7 +35,7 @@ class MissingCommands(FactBase):
     """Which of the given commands are not on the host's PATH."""
 
     def command(self, names: tuple[str, ...]) -> str:
-        return "for c in " + " ".join(shlex.quote(n) for n in names) + "; do command -v \"$c\" >/dev/null || echo \"$c\"; done"
+        return "for c in " + " ".join(shell(n) for n in names) + "; do command -v \"$c\" >/dev/null || echo \"$c\"; done"
 
     def process(self, output: list[str]) -> list[str]:
         return [line.strip() for line in output if line.strip()]
@@ -69,7 +69,7 @@ class TcpReachable(FactBase):
     """Whether this host can open a TCP connection to address:port (3 s at most)."""
 
     def command(self, address: str, port: int) -> str:
-        return (f"timeout 3 bash -c '>/dev/tcp/{shlex.quote(address)}/{int(port)}' 2>/dev/null "
+        return (f"timeout 3 bash -c {shell(f'>/dev/tcp/{shell(address)}/{int(port)}')} 2>/dev/null "
                 "&& echo yes || echo no")
 
     def process(self, output: list[str]) -> bool:
@@ -80,7 +80,7 @@ class GgufHeader(FactBase):
     """(file size, the first bytes) of a GGUF file: enough for the planner to read its metadata."""
 
     def command(self, path: str, limit: int) -> str:
-        q = shlex.quote(path)
+        q = shell(path)
         return f"stat -c %s {q} && head -c {int(limit)} {q} | gzip -1 | base64 -w0 && echo"
 
     def process(self, output: list[str]):

@@ -9,7 +9,7 @@ unquoted value ever reaches a host.
 from __future__ import annotations
 
 import re
-import shlex
+from .quoting import shell
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -55,7 +55,7 @@ def env_file(**values) -> str:
                 if not word or any(c.isspace() for c in word):
                     raise ValueError(f"{key}: {word!r} is not a single word (empty, or with whitespace)")
             value = " ".join(words)
-        lines.append(f"{key}={shlex.quote(_word(key, value))}\n")
+        lines.append(f"{key}={shell(_word(key, value))}\n")
     return "".join(lines)
 
 

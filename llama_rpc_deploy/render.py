@@ -4,18 +4,18 @@ environment files.
 
 The deploy uploads exactly these strings, and the unit tests read exactly these strings: one
 rendering path. Python decides every argument here; a template only substitutes the values it is
-given by name (rendering is strict: an unknown variable is an error). Every value that reaches a
-shell is quoted with shlex.quote, here.
+given by name (rendering is strict: an unknown variable is an error). Every value is quoted for
+where it lands by llama_rpc_deploy/quoting.py: `line` for the launch scripts' shell, the `unit` filter
+for the units' Exec lines, `quoting.volume` for docker's --volume.
 """
 from __future__ import annotations
 
 import ipaddress
-import shlex
 from pathlib import Path, PurePosixPath
 
 import jinja2
 
-from . import programs
+from . import programs, quoting
 from .cluster import SERVICE_USER, Cluster, HostPlan
 from .cluster_checks import allowed_clients
 
@@ -42,25 +42,24 @@ _env = jinja2.Environment(
     keep_trailing_newline=True,
     autoescape=False,
 )
+_env.filters["unit"] = quoting.unit  # a word of a systemd Exec line
 
 
 def _render(template: str, **values) -> str:
     return _env.get_template(template).render(**values)
 
 
-def line(*words) -> str:
-    """One line of a command: each word quoted for the shell."""
-    return " ".join(shlex.quote(str(w)) for w in words)
+line = quoting.shell_line  # one line of a command: each word quoted for the shell
 
 
-def container_options(name: str, gpus: bool, volumes: list[tuple[str, str]], role: str) -> list[str]:
+def container_options(name: str, gpus: bool, volumes: list[tuple[str, str, bool]], role: str) -> list[str]:
     """docker run options shared by both roles: host networking, the service user, no capabilities,
     read-only root; the GPUs and the given volumes."""
     return [line("--name", name), line("--network", "host"), "--init",
             f'--user "$(id -u {SERVICE_USER}):$(id -g {SERVICE_USER})"',
             line("--cap-drop", "ALL"), line("--security-opt", "no-new-privileges"), "--read-only",
             line("--tmpfs", "/tmp"), *([line("--gpus", "all")] if gpus else []),
-            *[line("--volume", f"{source}:{target}") for source, target in volumes],
+            *[line("--volume", quoting.volume(source, target, ro)) for source, target, ro in volumes],
             line("--label", f"io.llama-rpc-deploy.role={role}")]
 
 
@@ -121,9 +120,9 @@ def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, st
     return {
         f"{s['deploy_dir']}/rpc-server.sh": _render(
             "rpc-server.sh.j2", host_name=worker.name, device=("GPUs" if worker.gpus else "CPU"),
-            bind_host=s["rpc_host"] or worker.address, guard=guard, image=shlex.quote(image),
+            bind_host=s["rpc_host"] or worker.address, guard=guard, image=quoting.shell(image),
             docker_options=container_options("rpc-server", bool(worker.gpus),
-                                              [(s["rpc_cache_dir"], "/cache")], "rpc"),
+                                              [(s["rpc_cache_dir"], "/cache", False)], "rpc"),
             rpc_server_args=rpc_server_args(worker)),
         f"{UNIT_DIR}/{WORKER_UNIT}": _render(
             "rpc-server.service.j2", deploy_dir=s["deploy_dir"],
@@ -155,15 +154,15 @@ def coordinator_files(cluster: Cluster, image: str) -> dict[str, str]:
     if s["llama_tensor_split"] == "auto":
         raise ValueError("llama_tensor_split = 'auto' must be resolved by the planner (Deployment.with_split) first")
     model = PurePosixPath(s["llama_model_path"])
-    volumes = [(str(model.parent), "/models:ro")]
+    volumes = [(str(model.parent), "/models", True)]
     if s["llama_mmproj_path"]:
-        volumes.append((str(PurePosixPath(s["llama_mmproj_path"]).parent), f"{MMPROJ_MOUNT}:ro"))
+        volumes.append((str(PurePosixPath(s["llama_mmproj_path"]).parent), MMPROJ_MOUNT, True))
     if s["llama_api_key_file"]:
-        volumes.append((API_KEY_PATH, f"{API_KEY_MOUNT}:ro"))
+        volumes.append((API_KEY_PATH, API_KEY_MOUNT, True))
     return {
         f"{s['deploy_dir']}/llama-server.sh": _render(
             "llama-server.sh.j2", host_name=c.name, devices=", ".join(cluster.devices),
-            device_count=len(cluster.devices), image=shlex.quote(image),
+            device_count=len(cluster.devices), image=quoting.shell(image),
             docker_options=container_options("llama-server", bool(c.gpus), volumes, "server"),
             llama_server_args=llama_server_args(cluster, model.name, bool(s["llama_api_key_file"]))),
         **_program(s["deploy_dir"], "wait-for-workers.sh",

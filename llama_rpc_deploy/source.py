@@ -14,7 +14,7 @@ import gzip
 import hashlib
 import json
 import os
-import shlex
+from .quoting import shell
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,7 +147,7 @@ def fetch_command(url: str, dest: str, sha256: str | None) -> str:
     expected one (any, when none is known yet) and that gzip can read; anything else is deleted and
     refused with the reason, and dest (the last good tarball) stays as it was."""
     check = [
-        f"want={shlex.quote(sha256 or '')}",
+        f"want={shell(sha256 or '')}",
         'have=$(sha256sum "$tmp" | cut -d" " -f1)',
         'if [ "$have" != "$want" ]; then',
         '  refuse "the llama.cpp source from $url has sha256 $have, expected $want (llama_cpp_sha256, or the one '
@@ -157,11 +157,11 @@ def fetch_command(url: str, dest: str, sha256: str | None) -> str:
     ] if sha256 else []
     return "\n".join([
         "set -o pipefail",
-        f"url={shlex.quote(url)} tmp={shlex.quote(dest + '.partial')}",
+        f"url={shell(url)} tmp={shell(dest + '.partial')}",
         'refuse() { rm -f "$tmp"; printf \'%s\\n\' "$1" >&2; exit 1; }',
         'curl -fsSL --retry 3 --connect-timeout 20 -o "$tmp" "$url" || '
         'refuse "cannot download the llama.cpp source from $url: check llama_cpp_url"',
         *check,
         'gzip -t "$tmp" 2>/dev/null || refuse "the llama.cpp source from $url is not a gzip tarball: refused"',
-        f'mv "$tmp" {shlex.quote(dest)}',
+        f'mv "$tmp" {shell(dest)}',
     ])

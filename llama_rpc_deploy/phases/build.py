@@ -1,7 +1,7 @@
 """The image: built once on the coordinator, carried to every worker that lacks that exact image ID."""
 from __future__ import annotations
 
-import shlex
+
 import time
 
 from pyinfra import host, inventory, logger
@@ -13,6 +13,7 @@ from pyinfra.operations import files, python, server
 from .. import facts, image, source, transfer
 from ..cluster import SERVICE_USER
 from ..deployment import TRANSFER_KEY_COMMENT
+from ..quoting import shell
 from ..run import Run
 from .checks import ssh_port
 from .services import put
@@ -57,7 +58,7 @@ def build_image(run: Run):
             python.call(name=f"Record its sha256 in {dep.source.lock} (later downloads must match)",
                         function=record_download, url=dep.source.url, lock=dep.source.lock, tarball=tarball)
     if host.get_fact(facts.DockerImageId, image=dep.image) is None:
-        args = " ".join(f"--build-arg {shlex.quote(f'{k}={v}')}"
+        args = " ".join(f"--build-arg {shell(f'{k}={v}')}"
                         for k, v in sorted(image.build_args(dep.cluster, dep.source).items()))
         python.call(name=f"Build {dep.image} (minutes the first time; progress every {PROGRESS_SECONDS} s)",
                     function=build_with_progress, build_dir=build_dir, log_dir=f"{dep.cluster.settings['state_dir']}/logs",
@@ -66,7 +67,7 @@ def build_image(run: Run):
 
 def record_download(url: str, lock, tarball: str) -> None:
     """Trust on first use: the first download's sha256, kept on the control machine."""
-    ok, output = host.run_shell_command(f"sha256sum {shlex.quote(tarball)}")
+    ok, output = host.run_shell_command(f"sha256sum {shell(tarball)}")
     if not ok:
         raise DeployError(f"cannot read the sha256 of {tarball} on {host.name}")
     sha256 = output.stdout.split()[0]
@@ -82,9 +83,9 @@ def build_with_progress(build_dir: str, log_dir: str, command: str, every: float
     (a first build takes minutes), its log kept in log_dir (the latest: build.log); fails with the log's end
     when the build does. A build still running from a deploy that was killed is waited for (flock), not raced."""
     token = time.strftime("build-%Y%m%dT%H%M%S", time.gmtime())
-    log, rc = f"{log_dir}/{token}.log", f"{log_dir}/{token}.rc"
-    start = (f"mkdir -p {log_dir} && ln -sfn {token}.log {log_dir}/build.log && cd {shlex.quote(build_dir)} && "
-             f"(setsid flock {log_dir}/build.lock bash -c {shlex.quote(f'{command}; echo $? > {rc}')} "
+    log, rc = shell(f"{log_dir}/{token}.log"), shell(f"{log_dir}/{token}.rc")
+    start = (f"mkdir -p {shell(log_dir)} && ln -sfn {token}.log {shell(log_dir + '/build.log')} && cd {shell(build_dir)} && "
+             f"(setsid flock {shell(log_dir + '/build.lock')} bash -c {shell(f'{command}; echo $? > {rc}')} "
              f"> {log} 2>&1 < /dev/null &)")
     if not host.run_shell_command(start)[0]:
         raise DeployError(f"cannot start the image build on {host.name}")

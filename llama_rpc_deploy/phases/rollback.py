@@ -8,6 +8,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from .. import render
+from ..quoting import shell
 from ..run import Run
 from .services import health_probe, wait_for_health
 
@@ -20,11 +21,11 @@ def roll_back(run: Run):
     unit = render.COORDINATOR_UNIT if role == "coordinator" else render.WORKER_UNIT
     replaced = run.replaced.get(host.name, [])
     server.shell(name=f"Keep the failed version's files and {unit} log in {failed}",
-                 commands=[f"mkdir -p {failed} && journalctl -u {unit} -n 2000 --no-pager > {failed}/{unit}.log; "
-                           + "".join(f"cp -a {path} {failed}/; " for path, _ in replaced)],
+                 commands=[f"mkdir -p {shell(failed)} && journalctl -u {unit} -n 2000 --no-pager > {shell(f'{failed}/{unit}.log')}; "
+                           + "".join(f"cp -a {shell(path)} {shell(failed + '/')}; " for path, _ in replaced)],
                  _if=run.health_failed)
     for path, kept in replaced:
-        server.shell(name=f"Put back {path}", commands=[f"cp -a {path}.previous {path}"],
+        server.shell(name=f"Put back {path}", commands=[f"cp -a {shell(path + '.previous')} {shell(path)}"],
                      _if=lambda kept=kept: run.health_failed() and kept.did_change())
     reload_firewall = role == "worker" and cluster.host(host.name).settings["rpc_firewall"]
     firewall = f"systemctl reload {render.FIREWALL_UNIT}; " if reload_firewall else ""
@@ -36,7 +37,6 @@ def roll_back(run: Run):
                      _if=run.health_failed, _ignore_errors=True)
         server.shell(
             name="Say so: the new version was rolled back",
-            commands=[f"echo 'the new version failed its health check ({url}): every host is back on the previous "
-                      f"launch scripts, units and image; the failed version and its logs are in {failed} on each host' >&2; exit 1"],
+            commands=[f"echo {shell(f'the new version failed its health check ({url}): every host is back on the previous launch scripts, units and image; the failed version and its logs are in {failed} on each host')} >&2; exit 1"],
             _if=run.health_failed)
 

@@ -14,6 +14,7 @@ from pyinfra.operations import files, server, systemd
 
 from .. import operations, render
 from ..cluster import SERVICE_USER
+from ..quoting import shell
 from ..run import Run
 
 
@@ -22,7 +23,7 @@ def put(run: Run, path: str, content: str, mode: str = "644"):
     the last working launch scripts and units survive a deploy that goes wrong."""
     current = host.get_fact(Sha1File, path=path)
     if current and current != hashlib.sha1(content.encode()).hexdigest():
-        keep = server.shell(name=f"Keep {path} as {path}.previous", commands=[f"cp -a {path} {path}.previous"])
+        keep = server.shell(name=f"Keep {path} as {path}.previous", commands=[f"cp -a {shell(path)} {shell(path + '.previous')}"])
         run.keep_replaced(host.name, path, keep)
     return files.put(name=f"Install {path}", src=StringIO(content), dest=path, mode=mode)
 
@@ -64,7 +65,7 @@ def health_probe(cluster) -> tuple[str, str]:
     """(the /health URL, a command on the coordinator that succeeds when it answers ok)."""
     s = cluster.settings
     url = f"http://{s['llama_host'] or cluster.coordinator.address}:{s['llama_port']}/health"
-    return url, f"docker exec llama-server curl -fsS --max-time 5 {url}"
+    return url, f"docker exec llama-server curl -fsS --max-time 5 {shell(url)}"
 
 
 def wait_for_health(cluster) -> str:

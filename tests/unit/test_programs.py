@@ -569,7 +569,7 @@ def test_the_deploy_ships_each_program_unchanged_next_to_its_settings():
     for unit, name in ((f"/etc/systemd/system/{render.WATCHDOG_UNIT}", "llama-server-watchdog.sh"),
                        (f"10.0.0.20:/etc/systemd/system/{render.WORKER_WATCHDOG_UNIT}", "rpc-server-watchdog.sh"),
                        (f"10.0.0.20:/etc/systemd/system/{render.FIREWALL_UNIT}", "rpc-firewall.sh")):
-        assert f"ExecStart=/opt/llama-rpc/{name}\n" in files[unit] and "WantedBy=multi-user.target" in files[unit]
+        assert f"ExecStart=\"/opt/llama-rpc/{name}\"\n" in files[unit] and "WantedBy=multi-user.target" in files[unit]
     assert "Restart=always" in files[f"/etc/systemd/system/{render.WATCHDOG_UNIT}"]
 
 

@@ -87,7 +87,7 @@ def test_rpc_server_binds_to_the_worker_address_with_cache():
 def test_units_restart_and_wait_for_workers():
     c = cluster(all_data={"rpc_wait_timeout": 45})
     unit = coordinator_files(c, IMAGE)[f"/etc/systemd/system/{COORDINATOR_UNIT}"]
-    assert "ExecStartPre=/opt/llama-rpc/wait-for-workers.sh" in unit
+    assert 'ExecStartPre="/opt/llama-rpc/wait-for-workers.sh"' in unit
     assert "Restart=always" in unit and "TimeoutStartSec=75" in unit
     assert "[Install]\nWantedBy=multi-user.target" in unit
     assert "Restart=always" in worker_files(c, c.workers[0], IMAGE)[f"/etc/systemd/system/{WORKER_UNIT}"]
