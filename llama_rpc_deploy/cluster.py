@@ -21,6 +21,7 @@ class HostPlan:
     settings: dict
     gpus: tuple[Gpu, ...]
     origins: dict  # setting -> where its value came from, for error messages
+    ssh_port: int = 22  # the inventory's ssh_port: how the control machine (and the image transfer) reach it
 
     @property
     def address(self) -> str:
@@ -84,7 +85,8 @@ def host_plan(name: str, layers: list[Layer]) -> HostPlan:
             gpus.append(lookup(entry))
         except ValueError as err:
             raise SettingsError(f"{origins['gpus']}: gpus = {values['gpus']!r}: {err}") from None
-    return HostPlan(name=name, settings=values, gpus=tuple(gpus), origins=origins)
+    ssh_port = next((layer.data["ssh_port"] for layer in layers if "ssh_port" in layer.data), 22)
+    return HostPlan(name=name, settings=values, gpus=tuple(gpus), origins=origins, ssh_port=ssh_port)
 
 
 def build(coordinators: list[HostPlan], workers: list[HostPlan], inventory_file: str = "inventory.py") -> Cluster:

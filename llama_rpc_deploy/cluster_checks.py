@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .cluster import Cluster, HostPlan
 from .image import cuda_architectures
-from .settings import PLACEHOLDER, QUANTIZED_CACHE_TYPES, SettingsError
+from .settings import PLACEHOLDER, QUANTIZED_CACHE_TYPES, SettingsError, is_host_name
 
 # The first CUDA release that can build for a compute capability (newer cards need newer CUDA).
 MIN_CUDA_FOR_ARCH = {"100": (12, 8), "101": (12, 8), "120": (12, 8), "121": (12, 9), "90": (11, 8), "89": (11, 8)}
@@ -30,6 +30,48 @@ def check_inventory_shape(coordinators: list[str], workers: list[str], inventory
     if both:
         raise SettingsError(f"{inventory_file}: {', '.join(both)} is listed twice (coordinator and workers, "
                             "or twice in workers): expected each host once")
+
+
+MIN_CTX_PER_SLOT = 512  # tokens: a chat's system prompt alone takes a few hundred
+
+
+def hosts_are_addresses(cluster: Cluster, inventory_file: str) -> None:
+    """Every inventory name and address is an IP address or an RFC 1123 host name: they go into commands."""
+    for h in cluster.hosts:
+        if not is_host_name(h.name):
+            raise SettingsError(f"{inventory_file}: host {h.name!r}: expected an IP address or a host name "
+                                "(RFC 1123: letters, digits, '-' and '.')")
+        if not isinstance(h.ssh_port, int) or isinstance(h.ssh_port, bool) or not 1 <= h.ssh_port <= 65535:
+            raise SettingsError(f"{inventory_file} (host {h.name}): ssh_port = {h.ssh_port!r}: expected an integer "
+                                "from 1 to 65535")
+
+
+def workers_apart_from_the_coordinator(cluster: Cluster, inventory_file: str) -> None:
+    for w in cluster.workers:
+        if w.address == cluster.coordinator.address:
+            where = w.origins["address"] if w.settings["address"] else f"{inventory_file} (host {w.name})"
+            raise SettingsError(f"{where}: address = {w.address!r} on worker {w.name} is the coordinator's: expected "
+                                "the worker's own address (a worker on the coordinator's host adds nothing over RPC)")
+
+
+def ports_apart_from_ssh(cluster: Cluster, inventory_file: str) -> None:
+    """llama_port on the coordinator and rpc_port on a worker must not be its sshd's port: the firewall
+    would guard sshd's port, and the service could not bind."""
+    checks = [(cluster.coordinator, "llama_port")] + [(w, "rpc_port") for w in cluster.workers]
+    for h, key in checks:
+        ports = {h.ssh_port} | ({h.settings["transfer_ssh_port"]} if key == "rpc_port" and h.settings["transfer_ssh_port"] else set())
+        if h.settings[key] in ports:
+            raise SettingsError(f"{h.origins[key]}: {key} = {h.settings[key]} on {h.name} is its SSH port: "
+                                "expected another port")
+
+
+def context_per_slot(cluster: Cluster, inventory_file: str) -> None:
+    s, origins = cluster.settings, cluster.coordinator.origins
+    if s["llama_ctx_size"] // s["llama_parallel"] < MIN_CTX_PER_SLOT:
+        raise SettingsError(
+            f"{origins['llama_parallel']}: llama_parallel = {s['llama_parallel']} with llama_ctx_size = "
+            f"{s['llama_ctx_size']} leaves {s['llama_ctx_size'] // s['llama_parallel']} tokens per request: expected "
+            f"at least {MIN_CTX_PER_SLOT} (fewer slots, or a larger llama_ctx_size)")
 
 
 def distinct_rpc_endpoints(cluster: Cluster, inventory_file: str) -> None:
@@ -120,13 +162,27 @@ def allowed_clients(cluster: Cluster, worker: HostPlan) -> list[str]:
     return list(worker.settings["rpc_allow_from"] or [cluster.coordinator.address])
 
 
+def is_wide(network) -> bool:
+    """Wider than a private /16 (IPv6: a unique-local or link-local /48)."""
+    if network.num_addresses == 1:
+        return False
+    narrow = 16 if network.version == 4 else 48
+    return network.prefixlen < narrow or not (network.is_private or network.is_link_local)
+
+
+def wide_clients(cluster: Cluster, worker: HostPlan) -> list[str]:
+    return [c for c in allowed_clients(cluster, worker) if is_wide(ipaddress.ip_network(c, strict=False))]
+
+
 def firewall_admits_addresses(cluster: Cluster, inventory_file: str) -> None:
     for worker in cluster.workers:
         if not worker.settings["rpc_firewall"]:
             continue
         for client in allowed_clients(cluster, worker):
             try:
-                ipaddress.ip_network(client, strict=False)
+                if not isinstance(client, str) or "%" in client:
+                    raise ValueError("an IPv6 scope id")
+                network = ipaddress.ip_network(client, strict=False)
             except ValueError:
                 where, key = ((worker.origins["rpc_allow_from"], "rpc_allow_from") if worker.settings["rpc_allow_from"]
                               else (cluster.coordinator.origins["address"], "address"))
@@ -136,6 +192,11 @@ def firewall_admits_addresses(cluster: Cluster, inventory_file: str) -> None:
                     f"{where}: {key} = {client!r} (the source {worker.name}'s firewall admits to rpc_port): expected an "
                     "IP address or network (set address to the coordinator's IP, or rpc_allow_from, or rpc_firewall = False)"
                 ) from None
+            if is_wide(network) and not worker.settings["rpc_allow_wide"]:
+                raise SettingsError(
+                    f"{worker.origins['rpc_allow_from']}: rpc_allow_from = {client!r} on {worker.name} admits "
+                    f"{network.num_addresses} addresses to the unauthenticated RPC port: expected addresses or "
+                    "private networks no wider than a /16 (rpc_allow_wide = True to open it anyway)")
 
 
 def api_key(cluster: Cluster) -> str:
@@ -164,6 +225,7 @@ def api_key_file_is_usable(cluster: Cluster, inventory_file: str) -> None:
         api_key(cluster)
 
 
-CHECKS = (distinct_rpc_endpoints, model_path_is_set, no_example_addresses, same_quantized_kv_types,
+CHECKS = (hosts_are_addresses, workers_apart_from_the_coordinator, ports_apart_from_ssh, context_per_slot,
+          distinct_rpc_endpoints, model_path_is_set, no_example_addresses, same_quantized_kv_types,
           quantized_v_has_flash_attention, rpc_port_apart_from_llama_port, one_share_per_device,
           cuda_can_build_every_gpu, firewall_admits_addresses, api_key_file_is_usable)

@@ -90,6 +90,15 @@ def _python_data(path: Path) -> dict:
         names = runpy.run_path(str(path))
     except SyntaxError as error:
         raise SettingsError(f"{path}:{error.lineno}: {error.msg}: expected Python (name = value lines)") from None
+    except SettingsError:
+        raise
+    except Exception as error:  # the file ran and raised: name its line, not a traceback
+        import traceback
+
+        line = next((f.lineno for f in reversed(traceback.extract_tb(error.__traceback__))
+                     if Path(f.filename).resolve() == path.resolve()), "?")
+        raise SettingsError(f"{path}:{line}: {type(error).__name__}: {error}: expected Python that runs "
+                            "(name = value lines)") from None
     return {k: v for k, v in names.items()
             if not k.startswith("__") and not isinstance(v, (types.ModuleType, types.FunctionType, type))}
 
@@ -149,9 +158,13 @@ def preflight(argv: list[str] = sys.argv) -> None:
     if not inventory.is_file():
         return  # an inventory given on the command line (host names, @docker/...): deploy.py checks it
     overrides = {}
-    for flag, value in zip(argv, argv[1:]):
-        if flag == "--data" and "=" in value:
-            key, raw = value.split("=", 1)
+    for flag, value in zip(argv, argv[1:] + [""]):
+        if flag.startswith("--data="):  # the --data=KEY=VALUE form
+            value, flag = flag.removeprefix("--data="), "--data"
+        if flag == "--data":
+            key, eq, raw = value.partition("=")
+            if not eq or not key:
+                raise DeployError(f"--data {value!r} on the command line: expected KEY=VALUE")
             overrides[key] = parse_cli_arg(raw)
     try:
         from_cluster(offline_cluster(inventory, overrides=overrides), with_key=False)  # the source too (its sha256)

@@ -11,6 +11,8 @@ Errors name the place a bad value came from (file:line:column for YAML).
 from __future__ import annotations
 
 import difflib
+import ipaddress
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -18,6 +20,7 @@ from typing import Any, Callable
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 QUANTIZED_CACHE_TYPES = frozenset(CACHE_TYPES) - {"f32", "f16", "bf16"}
 PLACEHOLDER = "CHANGE_ME"
+MAX_CTX = 1 << 24  # 16M tokens: more than any model is trained for; llama.cpp's n_ctx is 32-bit
 
 
 class SettingsError(ValueError):
@@ -45,23 +48,60 @@ def _one_of(*choices: Any) -> Check:
     return Check("one of " + ", ".join(repr(c) for c in choices), lambda v: v in choices)
 
 
+def _printable(v) -> bool:
+    """A string without control characters (a newline ends a line of a script, a unit, an env file)."""
+    return isinstance(v, str) and v.isprintable()
+
+
 def _str(pattern: str = r".+", words: str = "a non-empty string") -> Check:
-    return Check(words, lambda v: isinstance(v, str) and re.fullmatch(pattern, v) is not None)
+    return Check(words, lambda v: _printable(v) and re.fullmatch(pattern, v) is not None)
 
 
 def _str_list() -> Check:
-    return Check("a list of strings", lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v))
+    return Check("a list of strings without control characters",
+                 lambda v: isinstance(v, (list, tuple)) and all(_printable(x) for x in v))
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _positive_numbers() -> Check:
-    return Check("None, 'auto' or a list of numbers >= 0, one per device, not all 0",
-                 lambda v: v is None or v == "auto" or (isinstance(v, (list, tuple)) and len(v) > 0 and sum(v) > 0
-                                         and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in v)))
+    return Check("None, 'auto' or a list of finite numbers from 0 to 1000000, one per device, not all 0",
+                 lambda v: v is None or v == "auto" or (isinstance(v, (list, tuple)) and len(v) > 0
+                                                        and all(_number(x) and 0 <= x <= 1e6 for x in v) and sum(v) > 0))
+
+
+def is_host_name(value) -> bool:
+    """An IP address (IPv6 without a %scope) or an RFC 1123 host name: what may go into a command."""
+    if not isinstance(value, str) or not value:
+        return False
+    try:
+        ipaddress.ip_address(value)
+        return "%" not in value
+    except ValueError:
+        pass
+    labels = value.rstrip(".").split(".")
+    return len(value) <= 253 and all(re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", label)
+                                     for label in labels)
+
+
+def _path(allowed: str, words: str) -> Check:
+    """An absolute path of these characters, without '..' components."""
+    return Check(words, lambda v: _printable(v) and re.fullmatch(f"/{allowed}*", v) is not None
+                 and ".." not in v.split("/") and v.strip("/") != "")
 
 
 BOOL = Check("True or False", lambda v: isinstance(v, bool))
 PORT = _int(1, 65535)
-ABS_PATH = _str(r"/.*", "an absolute path")
+ADDRESS = Check("an IP address or a host name (RFC 1123: letters, digits, '-' and '.')", is_host_name)
+# a folder of the deploy's own on a host: it goes into commands, units and docker's --volume
+HOST_DIR = _path(r"[A-Za-z0-9._/-]", "an absolute path of letters, digits, '.', '_', '-' and '/' (not '/')")
+# a file the user has (in LM Studio's folder...): spaces and letters of any script, but not ':' or ','
+# (docker's --volume cannot carry them) nor shell or unit syntax
+MODEL_FILE = _path(r"[\w .+@=~'()\[\]&/-]", "an absolute path of letters, digits, spaces and . _ - + @ = ~ ' ( ) [ ] & "
+                                            "(no ':' or ',': docker --volume and --mount cannot carry them)")
+CONTROL_PATH = _str(r"\S(.*\S)?", "a path on this machine")
 IMAGE_REF = _str(r"[a-z0-9][a-z0-9._/:@-]*", "a Docker image reference")
 
 
@@ -97,7 +137,7 @@ SETTINGS: tuple[Setting, ...] = (
       "The downloaded tarball's sha256; a tarball with another is refused before it is built. None: the first "
       "download's sha256 is recorded on the control machine (.state/sources.lock) and every later download "
       "must match it; pin it here to check the first one too.", "image"),
-    S("llama_cpp_source", None, _optional(_str()),
+    S("llama_cpp_source", None, _optional(CONTROL_PATH),
       "None: the coordinator downloads llama_cpp_ref from llama_cpp_url. A path on the control machine to a "
       "llama.cpp tree (or an sdist that vendors one) or a .tar.gz of one: uploaded instead, for offline use.",
       "image"),
@@ -112,21 +152,21 @@ SETTINGS: tuple[Setting, ...] = (
     S("image_cpu_native", False, BOOL,
       "True builds for the coordinator's own CPU (only if every host has the same CPU, like the lab); "
       "False builds every x86 variant and picks one at run time.", "image"),
-    S("image_build_jobs", None, _optional(_int(1)), "Parallel compile jobs; None: all cores of the coordinator.", "image"),
+    S("image_build_jobs", None, _optional(_int(1, 1024)), "Parallel compile jobs; None: all cores of the coordinator.", "image"),
     # --- hardware ---
     S("gpus", [], Check("a list of GPU names from llama_rpc_deploy/gpus.py, or dicts with name and cuda_arch",
                         lambda v: isinstance(v, (list, tuple))),
       "This host's NVIDIA GPUs, e.g. ['RTX 4080']. Empty: a CPU-only host (exposes one CPU device).", "hardware"),
-    S("address", None, _optional(_str()),
+    S("address", None, _optional(ADDRESS),
       "Address the other hosts use to reach this one. None: the inventory name.", "hardware"),
     # --- the model and llama-server (coordinator) ---
-    S("llama_model_path", f"/{PLACEHOLDER}/model.gguf", ABS_PATH,
+    S("llama_model_path", f"/{PLACEHOLDER}/model.gguf", MODEL_FILE,
       "GGUF file on the coordinator (e.g. inside LM Studio's models folder); its folder is mounted read-only.", "server"),
-    S("llama_mmproj_path", None, _optional(ABS_PATH),
+    S("llama_mmproj_path", None, _optional(MODEL_FILE),
       "A vision projector (mmproj-*.gguf, next to the model in LM Studio's folder) on the coordinator: "
       "llama-server gets --mmproj and answers image requests; its folder is mounted read-only. "
       "llama.cpp puts it on the first device (RPC0) and the planner counts it there.", "server"),
-    S("llama_ctx_size", 65536, _int(256),
+    S("llama_ctx_size", 65536, _int(256, MAX_CTX),
       "Context size in tokens. Each of the llama_parallel slots gets ctx/parallel of it (`plan` shows "
       "the figure), unless llama_kv_unified.", "server"),
     S("llama_parallel", 4, _int(1, 256), "Parallel request slots.", "server"),
@@ -136,17 +176,17 @@ SETTINGS: tuple[Setting, ...] = (
     S("llama_cache_type_k", "f16", _one_of(*CACHE_TYPES), "KV cache type for K. f16 measured faster than q8_0 over RPC.", "server"),
     S("llama_cache_type_v", "f16", _one_of(*CACHE_TYPES), "KV cache type for V.", "server"),
     S("llama_flash_attn", "auto", _one_of("on", "off", "auto"), "Flash attention.", "server"),
-    S("llama_n_gpu_layers", 999, _int(0), "Layers to offload to the devices (999: all). With a CPU-only "
+    S("llama_n_gpu_layers", 999, _int(0, 10000), "Layers to offload to the devices (999: all). With a CPU-only "
       "coordinator the last N layers go to the RPC devices and the rest stay on its CPU.", "server"),
     S("llama_tensor_split", None, _positive_numbers(),
       "Share of the layers per device, in device order (every worker's devices, then the coordinator's GPUs). "
       "None: llama.cpp splits by free memory. 'auto': the planner's split (fastest memory first, see `plan`).", "server"),
-    S("llama_sleep_idle_seconds", None, _optional(_int(1)),
+    S("llama_sleep_idle_seconds", None, _optional(_int(1, 31536000)),
       "Unload the model from every device after this many idle seconds; reloads on the next request. None: never.", "server"),
-    S("llama_threads", None, _optional(_int(1)), "CPU threads of llama-server. None: llama.cpp's default.", "server"),
-    S("llama_host", None, _optional(_str()), "Address llama-server binds to. None: the coordinator's address.", "server"),
+    S("llama_threads", None, _optional(_int(1, 1024)), "CPU threads of llama-server. None: llama.cpp's default.", "server"),
+    S("llama_host", None, _optional(ADDRESS), "Address llama-server binds to. None: the coordinator's address.", "server"),
     S("llama_port", 8080, PORT, "llama-server's HTTP port.", "server"),
-    S("llama_api_key_file", None, _optional(_str()),
+    S("llama_api_key_file", None, _optional(CONTROL_PATH),
       "A file on the control machine holding the API key clients must send (Authorization: Bearer KEY); "
       "chmod 600, outside the repository. It goes to the coordinator readable only by the service user and "
       "reaches llama-server as a file, never on a command line. None: no key (anyone who reaches the port "
@@ -157,10 +197,10 @@ SETTINGS: tuple[Setting, ...] = (
     S("llama_extra_args", [], _str_list(),
       "Extra llama-server arguments, one list item per word. Speculative decoding / MTP stays off "
       "unless added here: over RPC it measured slower.", "server"),
-    S("llama_health_timeout", 900, _int(10), "Seconds the deploy waits for llama-server's /health after a (re)start.", "server"),
-    S("rpc_wait_timeout", 120, _int(1), "Seconds llama-server's unit waits for every worker's RPC port before it starts.", "server"),
+    S("llama_health_timeout", 900, _int(10, 86400), "Seconds the deploy waits for llama-server's /health after a (re)start.", "server"),
+    S("rpc_wait_timeout", 120, _int(1, 86400), "Seconds llama-server's unit waits for every worker's RPC port before it starts.", "server"),
     # --- rpc-server (workers) ---
-    S("rpc_host", None, _optional(_str()),
+    S("rpc_host", None, _optional(ADDRESS),
       "Address rpc-server binds to. None: the worker's address. Never expose it on an open network.", "rpc"),
     S("rpc_port", 50052, PORT, "rpc-server's TCP port.", "rpc"),
     S("rpc_firewall", True, BOOL,
@@ -168,13 +208,17 @@ SETTINGS: tuple[Setting, ...] = (
       "across reboots by a systemd unit. False only if you firewall the port yourself.", "rpc"),
     S("rpc_allow_from", None, _optional(_str_list()),
       "IP addresses or networks that may reach rpc_port. None: the coordinator's address only.", "rpc"),
+    S("rpc_allow_wide", False, BOOL,
+      "True admits rpc_allow_from networks wider than a private /16 (0.0.0.0/0, a public range): anyone there "
+      "can read and write the worker's GPU memory, rpc-server has no authentication. The deploy says so each run.",
+      "rpc"),
     S("rpc_cache", True, BOOL, "rpc-server's local tensor cache (-c): faster reloads of the same model.", "rpc"),
-    S("rpc_cache_dir", "/var/cache/llama-rpc", ABS_PATH, "Where the tensor cache lives on each worker; kept across deploys.", "rpc"),
-    S("rpc_threads", None, _optional(_int(1)), "CPU threads of rpc-server (for its CPU device). None: llama.cpp's default.", "rpc"),
+    S("rpc_cache_dir", "/var/cache/llama-rpc", HOST_DIR, "Where the tensor cache lives on each worker; kept across deploys.", "rpc"),
+    S("rpc_threads", None, _optional(_int(1, 1024)), "CPU threads of rpc-server (for its CPU device). None: llama.cpp's default.", "rpc"),
     S("rpc_extra_args", [], _str_list(), "Extra rpc-server arguments, one list item per word.", "rpc"),
     # --- where things go on the hosts ---
-    S("deploy_dir", "/opt/llama-rpc", ABS_PATH, "Launch scripts on every host.", "paths"),
-    S("state_dir", "/var/lib/llama-rpc", ABS_PATH, "Build context and source tarball on the coordinator.", "paths"),
+    S("deploy_dir", "/opt/llama-rpc", HOST_DIR, "Launch scripts on every host.", "paths"),
+    S("state_dir", "/var/lib/llama-rpc", HOST_DIR, "Build context and source tarball on the coordinator.", "paths"),
     S("transfer_ssh_port", None, _optional(PORT),
       "Port the coordinator uses to SSH into a worker to send the image. None: the inventory's ssh_port, or 22.", "rpc"),
 )

