@@ -23,7 +23,14 @@ def base():
     # a model file only root can read (its content does not matter: the check stops before it is read)
     subprocess.run(["docker", "exec", f"{lab.PREFIX}-coordinator", "sh", "-c",
                     "head -c 64 /models/lab.gguf > /models/private.gguf && chmod 600 /models/private.gguf"], check=True)
-    return inventory
+    # a port some other program holds, on the coordinator and on the first worker (a transient unit)
+    taker = f"systemd-run --unit={PORT_TAKER} /usr/bin/systemd-socket-activate -l {TAKEN_PORT} /bin/cat"
+    for host in ("coordinator", "worker1"):
+        subprocess.run(["docker", "exec", f"{lab.PREFIX}-{host}", "sh", "-c", f"systemctl stop {PORT_TAKER} 2>/dev/null; {taker}"],
+                       check=True, capture_output=True)
+    yield inventory
+    for host in ("coordinator", "worker1"):
+        subprocess.run(["docker", "exec", f"{lab.PREFIX}-{host}", "systemctl", "stop", PORT_TAKER], capture_output=True)
 
 
 def refused_untouched(case: Bad, base, tmp_path) -> str:
@@ -49,13 +56,14 @@ def test_bad_configuration_touches_no_host(case, base, tmp_path):
     assert "Connecting" not in output  # stopped before pyinfra connected to any host
 
 
+PORT_TAKER, TAKEN_PORT = "llama-rpc-test-port-taker", 18999
 HOST_CASES = [
     Bad("model-missing-on-coordinator", on_coordinator('{"llama_model_path": "/models/missing.gguf"}'),
         ("{c}: llama_model_path = '/models/missing.gguf': no such file on the coordinator",)),
-    Bad("llama-port-taken", on_coordinator('{"llama_port": 22}'),
-        ("port 22 is taken by sshd: expected it free for llama-server (change llama_port)",)),
-    Bad("rpc-port-taken", on_worker('{"rpc_port": 22}'),
-        ("port 22 is taken by sshd: expected it free for rpc-server (change rpc_port)",)),
+    Bad("llama-port-taken", on_coordinator(f'{{"llama_port": {TAKEN_PORT}}}'),
+        (f"port {TAKEN_PORT} is taken by systemd-socket-: expected it free for llama-server (change llama_port)",)),
+    Bad("rpc-port-taken", on_worker(f'{{"rpc_port": {TAKEN_PORT}}}'),
+        (f"port {TAKEN_PORT} is taken by systemd-socket-: expected it free for rpc-server (change rpc_port)",)),
     Bad("gpu-host-without-nvidia-runtime",
         on_coordinator('{"image_backend": "cuda", "gpus": ["RTX 4080"], "llama_tensor_split": None}'),
         ("gpus = ['RTX 4080'] but Docker has no nvidia runtime: install the NVIDIA Container Toolkit",)),
