@@ -25,6 +25,7 @@ from .deployment import write_ssh_config
 from .facts import GgufHeader
 from .loadtest import run_load
 from .plan import plan_cluster
+from .quoting import shell
 
 PROMPT = "The quick brown fox jumps over the lazy dog. "
 
@@ -43,6 +44,21 @@ def model_header(cluster: Cluster, inventory: Path, local: Path | None):
             return fact.process(out.splitlines())
 
         return read_remote_model(fetch, path)
+
+
+def cache_sizes(cluster: Cluster, inventory: Path) -> dict[str, int]:
+    """Bytes in each worker's tensor cache (rpc_cache_dir/rpc), read over SSH."""
+    from .render import cache_dir
+
+    sizes = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        config = write_ssh_config(inventory, Path(tmp))
+        for worker in cluster.workers:
+            command = f"find {shell(cache_dir(worker))} -maxdepth 1 -type f -printf '%s\\n' 2>/dev/null | awk '{{ s += $1 }} END {{ print s + 0 }}'"
+            out = subprocess.run(["ssh", "-F", str(config), worker.name, command], capture_output=True, text=True,
+                                 timeout=60).stdout.strip()
+            sizes[worker.name] = int(out) if out.isdigit() else -1
+    return sizes
 
 
 def time_to_first_token(cluster: Cluster, prompt: str = "Wake up:", timeout: float = 600) -> float:
@@ -115,6 +131,9 @@ def table(result: dict) -> str:
         lines.append(f"{p['streams']:>7}   {p['total_tokens_per_s']:>14.1f}   {p['per_stream_tokens_per_s']:>10.1f}   {p['failed']:>6}")
     ttft = result["first_token_after_sleep_s"]
     lines.append(f"first token after idle sleep: {f'{ttft} s' if ttft is not None else result.get('first_token_after_sleep_note')}")
+    for worker, (size, limit) in result.get("tensor_cache", {}).items():
+        lines.append(f"tensor cache on {worker}: {size / 2 ** 20:.1f} MiB of its {limit / 2 ** 30:g} GiB limit"
+                     if size >= 0 else f"tensor cache on {worker}: not readable")
     return "\n".join(lines)
 
 
@@ -146,6 +165,8 @@ def run(inventory: Path, cluster: Cluster, streams, model: Path | None, json_out
         png_out: Path | None, sleep_wait: float = 300) -> dict:
     plan = plan_cluster(cluster, model_header(cluster, inventory, model))
     result = measure(cluster, streams=streams, ceiling=plan.tokens_per_s or None, sleep_wait=sleep_wait)
+    result["tensor_cache"] = {name: (size, cluster.host(name).settings["rpc_cache_max_gib"] * 2 ** 30)
+                              for name, size in cache_sizes(cluster, inventory).items()}
     if json_out:
         json_out.write_text(json.dumps(result, indent=2) + "\n")
     if png_out:

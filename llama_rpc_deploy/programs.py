@@ -13,7 +13,8 @@ from .quoting import shell
 from collections.abc import Sequence
 from pathlib import Path
 
-PROGRAMS = ("wait-for-workers.sh", "llama-server-watchdog.sh", "rpc-server-watchdog.sh", "rpc-firewall.sh")
+PROGRAMS = ("wait-for-workers.sh", "llama-server-watchdog.sh", "rpc-server-watchdog.sh", "rpc-firewall.sh",
+            "rpc-cache-prune.sh")
 WATCHDOG_LIBRARY = "watchdog-loop.sh"  # what both watchdogs share (command line, settings, loop), beside them
 FILES = Path(__file__).resolve().parent.parent / "files"
 
@@ -76,6 +77,12 @@ def rpc_server_watchdog_env(*, port: int, interval: int, patience: int, server_u
     """rpc-server-watchdog.sh: rpc-server's port, seconds between looks, seconds a new connection may wait
     behind the one being served, and rpc-server's unit."""
     return env_file(RPC_PORT=port, INTERVAL=interval, PATIENCE=patience, SERVER_UNIT=server_unit)
+
+
+def cache_prune_env(*, cache_dir: str, max_bytes: int, min_age: int) -> str:
+    """rpc-cache-prune.sh: the folder of rpc-server's cache files, the limit in bytes, and how many seconds
+    a file is left alone after its last change (it may be being written)."""
+    return env_file(CACHE_DIR=cache_dir, MAX_BYTES=max_bytes, MIN_AGE=min_age)
 
 
 def firewall_env(*, port: int, chain: str, ipv4: Sequence[str], ipv6: Sequence[str]) -> str:

@@ -26,6 +26,9 @@ COORDINATOR_UNIT = "llama-server.service"
 FIREWALL_UNIT = "llama-rpc-firewall.service"
 WATCHDOG_UNIT = "llama-server-watchdog.service"
 WORKER_WATCHDOG_UNIT = "rpc-server-watchdog.service"
+CACHE_PRUNE_UNIT, CACHE_PRUNE_TIMER = "rpc-cache-prune.service", "rpc-cache-prune.timer"
+CACHE_PRUNE_EVERY = 30  # seconds between two looks at a worker's tensor cache
+CACHE_MIN_AGE = 10  # seconds a cache file is left alone after its last change (rpc-server may be writing it)
 WORKER_WATCHDOG_PATIENCE = 20  # seconds a new connection may wait behind a dead one
 WATCHDOG_INTERVAL = 5  # seconds between looks at llama-server's connections to its workers
 WATCHDOG_RETRANSMISSIONS = 7  # retransmissions of unacknowledged data (about 25 s) that mean a worker is gone
@@ -182,6 +185,24 @@ def worker_watchdog_files(worker: HostPlan) -> dict[str, str]:
                                                     patience=WORKER_WATCHDOG_PATIENCE, server_unit=WORKER_UNIT)),
         f"{UNIT_DIR}/{WORKER_WATCHDOG_UNIT}": _render("rpc-server-watchdog.service.j2", deploy_dir=s["deploy_dir"],
                                                       server_unit=WORKER_UNIT),
+    }
+
+
+def cache_dir(worker: HostPlan) -> str:
+    """Where rpc-server's cache files are on the worker: rpc-server --cache writes to $LLAMA_CACHE/rpc."""
+    return f"{worker.settings['rpc_cache_dir']}/rpc"
+
+
+def cache_prune_files(worker: HostPlan) -> dict[str, str]:
+    """Path on the worker -> content: the tensor cache kept under rpc_cache_max_gib by a timer."""
+    s = worker.settings
+    limit = f"{s['rpc_cache_max_gib']:g} GiB"
+    return {
+        **_program(s["deploy_dir"], "rpc-cache-prune.sh",
+                   programs.cache_prune_env(cache_dir=cache_dir(worker), max_bytes=int(s["rpc_cache_max_gib"] * 2 ** 30),
+                                            min_age=CACHE_MIN_AGE)),
+        f"{UNIT_DIR}/{CACHE_PRUNE_UNIT}": _render("rpc-cache-prune.service.j2", deploy_dir=s["deploy_dir"], limit=limit),
+        f"{UNIT_DIR}/{CACHE_PRUNE_TIMER}": _render("rpc-cache-prune.timer.j2", limit=limit, every=CACHE_PRUNE_EVERY),
     }
 
 

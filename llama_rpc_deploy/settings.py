@@ -130,7 +130,7 @@ SETTINGS: tuple[Setting, ...] = (
       "The release number of llama_cpp_ref (bNNNN), so that llama-server reports its version (/props, "
       "system_fingerprint); a tarball has no git history to count it from.", "image"),
     S("llama_cpp_url", "https://github.com/ggml-org/llama.cpp/archive/{ref}.tar.gz",
-      _str(r"https?://\S*\{ref\}\S*", "a http(s):// URL with {ref} in it"),
+      _str(r"https?://[^\s{}]*\{ref\}[^\s{}]*", "a http(s):// URL with {ref} in it (and no other braces)"),
       "Where the coordinator downloads llama_cpp_ref from ({ref} stands for the commit): GitHub, or your "
       "mirror or proxy.", "image"),
     S("llama_cpp_sha256", None, _optional(_str(r"[0-9a-f]{64}", "a sha256 (64 hex digits)")),
@@ -213,6 +213,10 @@ SETTINGS: tuple[Setting, ...] = (
       "can read and write the worker's GPU memory, rpc-server has no authentication. The deploy says so each run.",
       "rpc"),
     S("rpc_cache", True, BOOL, "rpc-server's local tensor cache (-c): faster reloads of the same model.", "rpc"),
+    S("rpc_cache_max_gib", 64, Check("a number of GiB, more than 0 and at most 1000000",
+                                     lambda v: _number(v) and 0 < v <= 1e6),
+      "The most disk the tensor cache may take on a worker: least recently used files go first, checked every "
+      "30 s (rpc-cache-prune.timer). A model's share of a worker takes about its weights on that worker.", "rpc"),
     S("rpc_cache_dir", "/var/cache/llama-rpc", HOST_DIR, "Where the tensor cache lives on each worker; kept across deploys.", "rpc"),
     S("rpc_threads", None, _optional(_int(1, 1024)), "CPU threads of rpc-server (for its CPU device). None: llama.cpp's default.", "rpc"),
     S("rpc_extra_args", [], _str_list(), "Extra rpc-server arguments, one list item per word.", "rpc"),

@@ -59,6 +59,8 @@ def install_worker(run: Run):
                                              _ignore_errors=True)  # the health check decides
     service("Watchdog: restart rpc-server when it holds a dead client", render.WORKER_WATCHDOG_UNIT,
             put_all(run, render.worker_watchdog_files(me)))
+    service(f"Tensor cache kept under {me.settings['rpc_cache_max_gib']:g} GiB (a timer)", render.CACHE_PRUNE_TIMER,
+            put_all(run, render.cache_prune_files(me)))
 
 
 def health_probe(cluster) -> tuple[str, str]:

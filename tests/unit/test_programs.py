@@ -13,8 +13,8 @@ import threading
 import pytest
 
 from llama_rpc_deploy import programs, render
-from llama_rpc_deploy.programs import (FILES, PROGRAMS, WATCHDOG_LIBRARY, env_file, firewall_env, llama_server_watchdog_env,
-                                       rpc_server_watchdog_env, wait_for_workers_env)
+from llama_rpc_deploy.programs import (FILES, PROGRAMS, WATCHDOG_LIBRARY, cache_prune_env, env_file, firewall_env,
+                                       llama_server_watchdog_env, rpc_server_watchdog_env, wait_for_workers_env)
 
 from .helpers import cluster
 
@@ -140,6 +140,7 @@ SETTINGS = {
                                                           grace=15, server_unit=SERVER_UNIT),
     "rpc-server-watchdog.sh": rpc_server_watchdog_env(port=50052, interval=5, patience=20, server_unit=WORKER_UNIT),
     "rpc-firewall.sh": firewall_env(port=50052, chain="LLAMA-RPC", ipv4=["10.0.0.10"], ipv6=[]),
+    "rpc-cache-prune.sh": cache_prune_env(cache_dir="/nonexistent/rpc", max_bytes=1 << 30, min_age=10),
 }
 
 
@@ -548,7 +549,8 @@ def deployed(c, image=IMAGE):
     files = {**render.coordinator_files(c, image), **render.watchdog_files(c)}
     for worker in c.workers:
         files.update({f"{worker.name}:{path}": content for path, content in
-                      {**render.worker_watchdog_files(worker), **render.firewall_files(c, worker)}.items()})
+                      {**render.worker_watchdog_files(worker), **render.firewall_files(c, worker),
+                       **render.cache_prune_files(worker)}.items()})
     return files
 
 
@@ -597,3 +599,70 @@ def test_the_deployed_wait_for_workers_checks_each_worker(tmp_path):
     assert got == [HELLO] and host.calls("docker") == [f"run --rm --network none {IMAGE} rpc-protocol"]
     assert result.returncode == 1
     assert f"rpc-server at 127.0.0.1:{port} speaks RPC protocol 6.1.0, this llama-server 7.0.0" in result.stderr
+
+
+# --- rpc-cache-prune.sh -----------------------------------------------------------------------------------
+
+MIB = 1 << 20
+
+
+def cache(tmp_path, files):
+    """A cache folder: name -> (size in MiB, seconds since last use, seconds since last change)."""
+    import os
+    import time
+
+    folder = tmp_path / "cache" / "rpc"
+    folder.mkdir(parents=True)
+    now = time.time()
+    for name, (size, used, changed) in files.items():
+        path = folder / name
+        with open(path, "wb") as f:
+            f.truncate(size * MIB)
+        os.utime(path, (now - used, now - changed))
+    return folder
+
+
+def prune(tmp_path, folder, limit_mib, min_age=10):
+    host = Host(tmp_path)
+    return host.run("rpc-cache-prune.sh", cache_prune_env(cache_dir=str(folder), max_bytes=limit_mib * MIB,
+                                                           min_age=min_age))
+
+
+def test_the_least_recently_used_files_go_first_until_the_cache_fits(tmp_path):
+    folder = cache(tmp_path, {"a": (10, 3000, 3000), "b": (10, 100, 5000), "c": (10, 2000, 2000), "d": (10, 50, 50)})
+    result = prune(tmp_path, folder, 25)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["b", "d"]  # a, then c: b was used after both
+    assert f"tensor cache: {20 * MIB} bytes in 2 files, limit {25 * MIB}; removed 2 files ({20 * MIB} bytes)" in result.stdout
+
+
+def test_a_cache_under_its_limit_is_left_alone(tmp_path):
+    folder = cache(tmp_path, {"a": (10, 3000, 3000), "b": (10, 100, 100)})
+    assert prune(tmp_path, folder, 20).returncode == 0
+    assert sorted(p.name for p in folder.iterdir()) == ["a", "b"]
+
+
+def test_a_file_being_written_is_never_removed(tmp_path):
+    """Changed in the last MIN_AGE seconds (rpc-server is writing it), or held open by a process."""
+    folder = cache(tmp_path, {"old": (10, 3000, 3000), "fresh": (10, 2, 2), "open": (10, 4000, 4000)})
+    with open(folder / "open", "rb"):  # this test's own process holds it open, under .../rpc/open
+        result = prune(tmp_path, folder, 5)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["fresh", "open"]
+    assert "removed 1 files" in result.stdout
+
+
+def test_no_cache_folder_yet_is_not_an_error(tmp_path):
+    result = prune(tmp_path, tmp_path / "none" / "rpc", 5)
+    assert result.returncode == 0 and "no " in result.stdout
+
+
+def test_the_deploy_keeps_each_workers_cache_under_its_own_limit():
+    c = cluster(workers=[{"rpc_cache_max_gib": 0.5, "rpc_cache_dir": "/srv/tensors"}, None])
+    files = deployed(c)
+    assert files["10.0.0.20:/opt/llama-rpc/rpc-cache-prune.env"] == cache_prune_env(
+        cache_dir="/srv/tensors/rpc", max_bytes=1 << 29, min_age=render.CACHE_MIN_AGE)
+    assert files["10.0.0.21:/opt/llama-rpc/rpc-cache-prune.env"] == cache_prune_env(
+        cache_dir="/var/cache/llama-rpc/rpc", max_bytes=64 << 30, min_age=render.CACHE_MIN_AGE)
+    timer = files[f"10.0.0.20:/etc/systemd/system/{render.CACHE_PRUNE_TIMER}"]
+    assert "OnUnitActiveSec=30" in timer and "WantedBy=timers.target" in timer and "0.5 GiB" in timer
