@@ -1,8 +1,9 @@
 """The tensor cache's limit on the lab (rpc_cache_max_gib, files/rpc-cache-prune.sh).
 
 rpc-server caches the weight tensors it receives that are over 10 MiB. The lab's own model has none,
-so this test deploys a generated model whose FFN tensors are 12 MiB (4 layers, all on the workers:
-72 MiB a worker) with a limit of 0.04 GiB (41 MiB), below each worker's share. Through three reloads
+so this test deploys a generated model whose FFN tensors are 12 MiB (6 layers, all on the workers,
+split 1:1 with the output counted as a layer: 4 layers, 144 MiB cached on the first, 2, 72 MiB, on the
+second) with a limit of 0.04 GiB (41 MiB), below each worker's share. Through three reloads
 of llama-server, each worker's cache is under the limit once its timer has run, the pruner did
 remove files, and the model answers after every reload.
 """
@@ -21,7 +22,7 @@ from llama_rpc_deploy.testmodel import Shape, write_model
 from . import INVENTORY, WORKERS, deployed_and_serving, needs_docker, on, operations, pyinfra
 
 pytestmark = needs_docker
-SHAPE = Shape(n_layer=4, n_embd=1536, n_head=12, n_head_kv=4, n_ff=4096)  # FFN tensors: 1536 x 4096 x 2 bytes
+SHAPE = Shape(n_layer=6, n_embd=1536, n_head=12, n_head_kv=4, n_ff=4096)  # FFN tensors: 1536 x 4096 x 2 bytes
 MODEL = "/models/lab-cache.gguf"
 LIMIT_GIB = 0.04
 RELOADS = 3
