@@ -102,7 +102,7 @@ class Vocab:
 class Model:
     arch: str
     name: str
-    vocab: Vocab
+    vocab: Vocab | None  # None: no tokenizer (the planner's tests need none; llama.cpp does)
     ftype: int = FTYPE_Q4_K_M
     kv: list[tuple[str, Any, GGUFValueType, GGUFValueType | None]] = field(default_factory=list)
     tensors: list[Tensor] = field(default_factory=list)
@@ -145,7 +145,8 @@ class Model:
         w.add_file_type(self.ftype)
         for key, value, vtype, sub in self.kv:
             w.add_key_value(key, value, vtype, sub)
-        self.vocab.write(w)
+        if self.vocab:
+            self.vocab.write(w)
         total = 0
         for name, ne, t in self.tensors:
             n = nbytes(ne, t)
@@ -194,6 +195,29 @@ def _embeddings(m: Model, n_vocab: int, n_embd: int, embd: GGMLQuantizationType,
         m.t("output.weight", (n_embd, n_vocab), output)
 
 
+def _attention(m: Model, i: int, L: int, E: int, H: int, HKV: int, D: int, qk_norm: bool = False) -> None:
+    """Layer i's grouped-query attention (Q4_K_M: attn_v in Q6_K on use_more_bits layers)."""
+    b = f"blk.{i}."
+    m.t(b + "attn_norm.weight", (E,))
+    m.t(b + "attn_q.weight", (E, H * D), Q.Q4_K)
+    m.t(b + "attn_k.weight", (E, HKV * D), Q.Q4_K)
+    m.t(b + "attn_v.weight", (E, HKV * D), q4km(i, L))
+    m.t(b + "attn_output.weight", (H * D, E), Q.Q4_K)
+    if qk_norm:
+        m.t(b + "attn_q_norm.weight", (D,))
+        m.t(b + "attn_k_norm.weight", (D,))
+
+
+def _ffn(m: Model, i: int, L: int, E: int, FF: int, norm: bool = True) -> None:
+    """Layer i's gated FFN (Q4_K_M: ffn_down in Q6_K on use_more_bits layers)."""
+    b = f"blk.{i}."
+    if norm:
+        m.t(b + "ffn_norm.weight", (E,))
+    m.t(b + "ffn_gate.weight", (E, FF), Q.Q4_K)
+    m.t(b + "ffn_up.weight", (E, FF), Q.Q4_K)
+    m.t(b + "ffn_down.weight", (FF, E), q4km(i, L))
+
+
 # --- the families ---------------------------------------------------------------------------------
 
 def llama3(path: Path) -> Path:
@@ -206,16 +230,8 @@ def llama3(path: Path) -> Path:
     _embeddings(m, V, E, Q.Q4_K, Q.Q6_K)
     m.t("rope_freqs.weight", (D // 2,))  # llama3 rope scaling factors
     for i in range(L):
-        b = f"blk.{i}."
-        m.t(b + "attn_norm.weight", (E,))
-        m.t(b + "attn_q.weight", (E, H * D), Q.Q4_K)
-        m.t(b + "attn_k.weight", (E, HKV * D), Q.Q4_K)
-        m.t(b + "attn_v.weight", (E, HKV * D), q4km(i, L))
-        m.t(b + "attn_output.weight", (H * D, E), Q.Q4_K)
-        m.t(b + "ffn_norm.weight", (E,))
-        m.t(b + "ffn_gate.weight", (E, FF), Q.Q4_K)
-        m.t(b + "ffn_up.weight", (E, FF), Q.Q4_K)
-        m.t(b + "ffn_down.weight", (FF, E), q4km(i, L))
+        _attention(m, i, L, E, H, HKV, D)
+        _ffn(m, i, L, E, FF)
     return m.write(path)
 
 
@@ -233,20 +249,10 @@ def gemma3(path: Path) -> Path:
     m.f32(".rope.scaling.factor", 8.0)
     _embeddings(m, V, E, Q.Q6_K, None)  # tied
     for i in range(L):
-        b = f"blk.{i}."
-        m.t(b + "attn_norm.weight", (E,))
-        m.t(b + "attn_q.weight", (E, H * D), Q.Q4_K)
-        m.t(b + "attn_k.weight", (E, HKV * D), Q.Q4_K)
-        m.t(b + "attn_v.weight", (E, HKV * D), q4km(i, L))
-        m.t(b + "attn_output.weight", (H * D, E), Q.Q4_K)
-        m.t(b + "attn_q_norm.weight", (D,))
-        m.t(b + "attn_k_norm.weight", (D,))
-        m.t(b + "post_attention_norm.weight", (E,))
-        m.t(b + "ffn_norm.weight", (E,))
-        m.t(b + "ffn_gate.weight", (E, FF), Q.Q4_K)
-        m.t(b + "ffn_up.weight", (E, FF), Q.Q4_K)
-        m.t(b + "ffn_down.weight", (FF, E), q4km(i, L))
-        m.t(b + "post_ffw_norm.weight", (E,))
+        _attention(m, i, L, E, H, HKV, D, qk_norm=True)
+        m.t(f"blk.{i}.post_attention_norm.weight", (E,))
+        _ffn(m, i, L, E, FF)
+        m.t(f"blk.{i}.post_ffw_norm.weight", (E,))
     return m.write(path)
 
 
@@ -305,18 +311,8 @@ def qwen3(path: Path) -> Path:
     m.u32(".attention.value_length", D)
     _embeddings(m, V, E, Q.Q4_K, Q.Q6_K)
     for i in range(L):
-        b = f"blk.{i}."
-        m.t(b + "attn_norm.weight", (E,))
-        m.t(b + "attn_q.weight", (E, H * D), Q.Q4_K)
-        m.t(b + "attn_k.weight", (E, HKV * D), Q.Q4_K)
-        m.t(b + "attn_v.weight", (E, HKV * D), q4km(i, L))
-        m.t(b + "attn_output.weight", (H * D, E), Q.Q4_K)
-        m.t(b + "attn_q_norm.weight", (D,))
-        m.t(b + "attn_k_norm.weight", (D,))
-        m.t(b + "ffn_norm.weight", (E,))
-        m.t(b + "ffn_gate.weight", (E, FF), Q.Q4_K)
-        m.t(b + "ffn_up.weight", (E, FF), Q.Q4_K)
-        m.t(b + "ffn_down.weight", (FF, E), q4km(i, L))
+        _attention(m, i, L, E, H, HKV, D, qk_norm=True)
+        _ffn(m, i, L, E, FF)
     return m.write(path)
 
 
@@ -334,13 +330,7 @@ def qwen3moe(path: Path) -> Path:
     _embeddings(m, V, E, Q.Q4_K, Q.Q6_K)
     for i in range(L):
         b = f"blk.{i}."
-        m.t(b + "attn_norm.weight", (E,))
-        m.t(b + "attn_q.weight", (E, H * D), Q.Q4_K)
-        m.t(b + "attn_k.weight", (E, HKV * D), Q.Q4_K)
-        m.t(b + "attn_v.weight", (E, HKV * D), q4km(i, L))
-        m.t(b + "attn_output.weight", (H * D, E), Q.Q4_K)
-        m.t(b + "attn_q_norm.weight", (D,))
-        m.t(b + "attn_k_norm.weight", (D,))
+        _attention(m, i, L, E, H, HKV, D, qk_norm=True)
         m.t(b + "ffn_norm.weight", (E,))
         m.t(b + "ffn_gate_inp.weight", (E, N_EXP))
         m.t(b + "ffn_gate_exps.weight", (E, FF_EXP, N_EXP), Q.Q4_K)
