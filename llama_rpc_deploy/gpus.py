@@ -50,7 +50,7 @@ def lookup(entry: str | dict) -> Gpu:
         try:
             gpu = Gpu(str(entry["name"]), str(entry["cuda_arch"]), entry.get("vram_mib", 0), entry.get("bandwidth_gbs", 0))
         except KeyError as missing:
-            raise ValueError(f"GPU {entry!r} lacks {missing}: a dict needs at least name and cuda_arch") from None
+            raise ValueError(f"GPU {entry!r} lacks {missing}: expected a dict with at least name and cuda_arch") from None
         for key, lo in (("vram_mib", 1024), ("bandwidth_gbs", 1)):
             value = getattr(gpu, key)
             if key in entry and not (isinstance(value, (int, float)) and not isinstance(value, bool)
