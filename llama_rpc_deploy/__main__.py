@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -126,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except (OSError, ValueError, subprocess.SubprocessError) as error:  # a host that does not answer, a bad file
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(f"error: {args.command}: {reason}", file=sys.stderr)
+        return 1
     return 0
 
 

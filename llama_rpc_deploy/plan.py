@@ -295,6 +295,7 @@ class CapacityPlan:
 
 
 CPU_DEVICE_BANDWIDTH = 40e9  # a CPU rpc-server's memory, roughly (DDR4 dual channel); no fit check on CPUs
+ROPE_FLAGS = ("--rope-scaling", "--rope-scale", "--yarn-", "--rope-freq")  # context stretched past the trained length
 SPECULATIVE_FLAGS = ("--spec-type", "-md", "--model-draft", "--draft", "--draft-max", "-mtp", "--mtp")
 
 
@@ -375,6 +376,11 @@ def plan_cluster(cluster, model: ModelInfo, reported: dict[str, list[int]] | Non
         if all(p.fits or not p.device.vram_bytes for p in f16):
             warnings.append(f"KV cache {context.type_k}/{context.type_v} although f16 fits: "
                             "f16 measured faster over RPC (23.5 vs 20 tok/s)")
+    stretched = any(a.startswith(ROPE_FLAGS) for a in s["llama_extra_args"])
+    if model.n_ctx_train and context.ctx > model.n_ctx_train and not stretched:
+        problems.append(f"{cluster.coordinator.origins['llama_ctx_size']}: llama_ctx_size = {context.ctx} is more than "
+                        f"the {model.n_ctx_train} tokens {model.arch} was trained for: expected at most "
+                        f"{model.n_ctx_train} (or rope scaling, e.g. --rope-scaling yarn, in llama_extra_args)")
     if any(flag in s["llama_extra_args"] for flag in SPECULATIVE_FLAGS):
         warnings.append("speculative decoding / MTP with RPC devices: measured slower, not faster (seed article)")
     largest = {}

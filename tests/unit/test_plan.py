@@ -233,3 +233,29 @@ def test_plan_ends_in_one_line_on_a_file_that_is_not_gguf(tmp_path, capsys):
         assert main(["plan", "-i", str(inventory), "--model", str(path), "--data", "llama_model_path=/m.gguf"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"--model {path}" in err and words in err, err
+
+
+def test_a_context_past_the_trained_length_is_refused_unless_rope_scaling_stretches_it(llama8b):
+    past = plan_cluster(cluster(all_data={"llama_ctx_size": 262144, "llama_parallel": 1, "llama_tensor_split": [1, 1]}),
+                        llama8b)
+    assert any("llama_ctx_size = 262144 is more than the 131072 tokens llama was trained for: expected at most 131072"
+               in p for p in past.problems)
+    stretched = plan_cluster(cluster(all_data={"llama_ctx_size": 262144, "llama_parallel": 1, "llama_tensor_split": [1, 1],
+                                               "llama_extra_args": ["--rope-scaling", "yarn"]}), llama8b)
+    assert not any("trained for" in p for p in stretched.problems)
+
+
+def test_a_command_whose_server_does_not_answer_ends_in_one_line(tmp_path, capsys):
+    import socket
+
+    from llama_rpc_deploy.__main__ import main
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f'coordinator = [("127.0.0.1", {{"llama_model_path": "/m.gguf", "image_backend": "cpu", '
+                         f'"llama_port": {port}}})]\nworkers = [("127.0.0.2", {{}})]\n')
+    assert main(["complete", "-i", str(inventory), "-n", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: complete: ") and err.count("\n") == 1, err
