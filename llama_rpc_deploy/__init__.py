@@ -9,6 +9,8 @@ cluster_checks - the checks that span settings or hosts, each a named function
 deployment     - the checked cluster with the llama.cpp source and the image tag; offline and from pyinfra
 render         - launch scripts and units from templates/, programs of files/ with their env files
 programs       - the bash programs of files/ and their environment files
+quoting        - every value quoted for where it lands: bash, systemd Exec lines, docker --volume
+paths          - the checkout, and templates/ and files/ wherever the package is installed
 
 The deploy itself (pyinfra inventory.py deploy.py):
 run            - one pyinfra run's shared state (files replaced, workers restarted, the health check)
@@ -19,10 +21,12 @@ image          - the image's identity: CUDA architectures, build arguments, tag
 source         - the llama.cpp source tarball the coordinator builds from
 transfer       - the image's way from the coordinator to a worker
 
-Around it (python -m llama_rpc_deploy COMMAND runs the module of the same name):
-plan           - the capacity planner; gguf_header reads what it needs from a GGUF file
+Around it (llama-rpc COMMAND, or python -m llama_rpc_deploy COMMAND, runs the module of the same name):
+plan           - the capacity planner; gguf_header reads what it needs from a GGUF file (every shard)
+status         - every host's services, restarts and their cause, cache, load report (load_report)
 bench, client  - tokens/s against the planner's ceiling; requests to llama-server
 loadtest       - concurrent clients, time until serving again (tests, bench)
 lab            - the local lab: containers that behave like real hosts
-testmodel      - small llama GGUFs for the lab and the tests (one answers a known sentence)
+testmodel      - small llama GGUFs for the lab and the tests (one answers a known sentence, split or whole)
+testprojector  - a small vision projector (mmproj) for the sentence model
 """

@@ -1,4 +1,4 @@
-"""python -m llama_rpc_deploy COMMAND    (each command runs the module of the same name)
+"""llama-rpc COMMAND, or python -m llama_rpc_deploy COMMAND   (each command runs the module of the same name)
 
   lab up [--workers N]     the local lab (containers that behave like hosts); writes .lab/inventory.py
   lab down                 remove everything the lab made
@@ -7,9 +7,12 @@
   bench [-i INVENTORY] [--streams 1,2,4] [--json OUT] [--png OUT] [--model LOCAL.gguf]
                            tokens/s for 1 and N parallel streams against the planner's ceiling,
                            time to first token after idle sleep; a table, JSON, a PNG plot
-  plan [-i INVENTORY] [--model LOCAL.gguf]   (the capacity planner)
+  plan [-i INVENTORY] [--model LOCAL.gguf] [--mmproj LOCAL.gguf] [--data KEY=VALUE]   (the capacity planner)
                            per device: layers, weights, KV cache, free memory; the tokens/s ceiling;
                            exits 2 when something does not fit
+  status [-i INVENTORY] [--json]  every host's services, restarts and their cause, image, RPC protocol,
+                           tensor cache, GPU memory; the load report per device; whether the API answers;
+                           exits 1 when something is wrong
   settings [--write-readme]  the settings table (Markdown), from the schema
   testmodel OUT.gguf       write a small random-weight llama GGUF
 """
@@ -32,7 +35,7 @@ def complete(inventory: Path, prompt: str, n_predict: int, timeout: float = 300)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llama_rpc_deploy", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="llama-rpc", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_lab = sub.add_parser("lab")
     p_lab.add_argument("action", choices=("up", "down", "pin", "unpin"))
@@ -57,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     p_plan.add_argument("--mmproj", type=Path, help="a local copy of llama_mmproj_path's file")
     p_plan.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting for this plan only, as pyinfra's --data takes it (e.g. llama_ctx_size=131072)")
+    p_status = sub.add_parser("status")
+    p_status.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
+    p_status.add_argument("--json", action="store_true", help="the same, as JSON")
     p_settings = sub.add_parser("settings")
     p_settings.add_argument("--write-readme", action="store_true", help="replace the table in README.md")
     p_model = sub.add_parser("testmodel")
@@ -116,6 +122,12 @@ def main(argv: list[str] | None = None) -> int:
             capacity = plan.plan_cluster(cluster, read["--model"], mmproj_bytes=read.get("--mmproj", 0))
             print(capacity.table())
             return 2 if capacity.problems else 0
+        elif args.command == "status":
+            from . import status
+
+            hosts = status.collect(offline_cluster(args.inventory), args.inventory)
+            print(status.to_json(hosts) if args.json else status.table(hosts))
+            return 0 if all(h.ok for h in hosts) else 1
         elif args.command == "settings":
             if args.write_readme:
                 readme = Path(__file__).resolve().parent.parent / "README.md"
@@ -134,5 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The installed `llama-rpc` command (pyproject.toml)."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

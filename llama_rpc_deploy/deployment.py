@@ -19,7 +19,7 @@ from .cluster_checks import check_inventory_shape
 from .settings import SettingsError, layers
 from .source import Source, resolve_source
 
-PROJECT = Path(__file__).resolve().parent.parent
+from .paths import PROJECT
 STATE = PROJECT / ".state"  # on the control machine: packed sources, the image-transfer key
 ROLES = {"coordinator": "coordinator", "workers": "worker"}  # inventory group -> role
 
@@ -130,9 +130,18 @@ def write_ssh_config(inventory: Path, directory: Path) -> Path:
     return path
 
 
-def offline_cluster(inventory_path: Path, group_data: Path = PROJECT / "group_data",
+def group_data_for(inventory_path: Path) -> Path:
+    """The group_data/ folder that goes with an inventory: beside it, in the current folder, or the checkout's."""
+    for folder in (Path(inventory_path).resolve().parent, Path.cwd(), PROJECT):
+        if (folder / "group_data").is_dir():
+            return folder / "group_data"
+    return PROJECT / "group_data"
+
+
+def offline_cluster(inventory_path: Path, group_data: Path | None = None,
                     overrides: dict | None = None) -> Cluster:
     """The Cluster as deploy.py computes it, read from the files alone (same layers, same checks)."""
+    group_data = group_data or group_data_for(inventory_path)
     groups = read_inventory(inventory_path)
     check_inventory_shape(*[[name for name, _ in groups[g]] for g in ROLES], str(inventory_path))
     all_data = _python_data(group_data / "all.py")

@@ -6,6 +6,8 @@ changed input never reuses an old image.
 """
 from __future__ import annotations
 
+from .paths import shipped
+
 import hashlib
 import re
 from pathlib import Path
@@ -13,7 +15,7 @@ from pathlib import Path
 from .cluster import Cluster
 from .source import Source
 
-FILES = Path(__file__).resolve().parent.parent / "files"
+FILES = shipped("files")
 IMAGE_FILES = ("Dockerfile", "entrypoint.sh")  # with llama.cpp.tar.gz, the build context
 
 

@@ -31,7 +31,7 @@ from .settings import BY_NAME
 from .source import sha256_file
 from .testmodel import Shape, write_sentence_model
 
-PROJECT = Path(__file__).resolve().parent.parent
+from .paths import PROJECT
 LAB_DIR = PROJECT / ".lab"
 CACHE = PROJECT / ".cache"
 PREFIX = "llama-rpc-lab"

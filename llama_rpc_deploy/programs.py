@@ -8,6 +8,8 @@ unquoted value ever reaches a host.
 """
 from __future__ import annotations
 
+from .paths import shipped
+
 import re
 from .quoting import shell
 from collections.abc import Sequence
@@ -16,7 +18,7 @@ from pathlib import Path
 PROGRAMS = ("wait-for-workers.sh", "llama-server-watchdog.sh", "rpc-server-watchdog.sh", "rpc-firewall.sh",
             "rpc-cache-prune.sh")
 WATCHDOG_LIBRARY = "watchdog-loop.sh"  # what both watchdogs share (command line, settings, loop), beside them
-FILES = Path(__file__).resolve().parent.parent / "files"
+FILES = shipped("files")
 
 _KEY = re.compile(r"[A-Z][A-Z0-9_]*")
 

@@ -10,6 +10,8 @@ for the units' Exec lines, `quoting.volume` for docker's --volume.
 """
 from __future__ import annotations
 
+from .paths import shipped
+
 import ipaddress
 from pathlib import Path, PurePosixPath
 
@@ -19,7 +21,7 @@ from . import programs, quoting
 from .cluster import SERVICE_USER, Cluster, HostPlan
 from .cluster_checks import allowed_clients
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = shipped("templates")
 UNIT_DIR = "/etc/systemd/system"
 WORKER_UNIT = "rpc-server.service"
 COORDINATOR_UNIT = "llama-server.service"

@@ -1,0 +1,171 @@
+"""`llama-rpc status -i INVENTORY`: the cluster's state at a glance, read over SSH (nothing changes).
+
+Per host: each service and whether it runs, its restarts and their cause (systemd restarting a process
+that died: a crash; a watchdog restarting it: the watchdog's reason), the image and the RPC protocol
+its binaries speak, the tensor cache (workers), the memory nvidia-smi reports (GPU hosts); on the
+coordinator, llama.cpp's load report (weights and KV cache per device, where the projector went) and
+whether the API answers. Exits 1 when a service is down or the API does not answer.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import client, load_report, render
+from .cluster import Cluster, HostPlan
+from .deployment import write_ssh_config
+from .quoting import shell
+
+CRASH = "Scheduled restart job"  # what systemd logs when it restarts a unit whose process ended
+
+
+@dataclass
+class Service:
+    unit: str
+    state: str  # systemctl is-active
+    crashes: int = 0  # restarts by systemd after the process ended, in the journal
+    last_crash: str = ""
+    watchdog_restarts: int = 0
+    last_watchdog_reason: str = ""
+
+
+@dataclass
+class HostStatus:
+    name: str
+    role: str
+    services: list[Service] = field(default_factory=list)
+    image: str = ""
+    rpc_protocol: str = ""
+    cache_bytes: int | None = None
+    cache_limit_bytes: int | None = None
+    gpu_memory: list[str] = field(default_factory=list)  # "name: used / total MiB"
+    devices: dict = field(default_factory=dict)  # device -> {"model": MiB, "kv": MiB} (the coordinator's load report)
+    projector_on: str | None = None
+    api: str = ""  # "ok", or what went wrong
+
+    @property
+    def ok(self) -> bool:
+        return all(s.state == "active" for s in self.services) and self.api in ("", "ok")
+
+
+def _units(role: str) -> tuple[str, str, str]:
+    """(the service, its watchdog, the container) of a role."""
+    if role == "coordinator":
+        return render.COORDINATOR_UNIT, render.WATCHDOG_UNIT, "llama-server"
+    return render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, "rpc-server"
+
+
+def host_script(host: HostPlan, role: str) -> str:
+    """One bash script for a host: sections that start with '== NAME', read by parse()."""
+    unit, watchdog, container = _units(role)
+    extra = [render.FIREWALL_UNIT] if role == "worker" and host.settings["rpc_firewall"] else []
+    extra += [render.CACHE_PRUNE_TIMER] if role == "worker" else []
+    lines = []
+    for u in (unit, watchdog, *extra):
+        lines.append(f"echo '== unit {u}'; systemctl is-active {shell(u)} || true")
+    lines += [
+        f"echo '== crashes'; journalctl -u {shell(unit)} -o short-iso --no-pager 2>/dev/null | grep -F {shell(CRASH)} || true",
+        f"echo '== watchdog'; journalctl -u {shell(watchdog)} -o short-iso --no-pager 2>/dev/null | grep -F ': restarting ' || true",
+        f"echo '== image'; docker inspect --format '{{{{.Config.Image}}}}' {container} 2>/dev/null || true",
+        f"echo '== protocol'; docker exec {container} cat /app/rpc-protocol 2>/dev/null || true",
+        "echo '== gpus'; command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total "
+        "--format=csv,noheader,nounits 2>/dev/null || true",
+    ]
+    if role == "worker":
+        lines.append(f"echo '== cache'; find {shell(render.cache_dir(host))} -maxdepth 1 -type f -printf '%s\\n' "
+                     "2>/dev/null | awk '{ s += $1 } END { print s + 0 }'")
+    else:
+        lines.append(f"echo '== log'; journalctl -u {shell(unit)} -o cat --no-pager -n 20000 2>/dev/null | "
+                     "grep -E 'buffer size|CLIP using|loaded meta data|load_model: loading' || true")
+    return "\n".join(lines) + "\n"
+
+
+def parse(name: str, role: str, output: str, cache_limit: int | None = None) -> HostStatus:
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in output.splitlines():
+        if line.startswith("== "):
+            current = line[3:]
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    status = HostStatus(name=name, role=role, cache_limit_bytes=cache_limit)
+    unit, watchdog, _ = _units(role)
+    for key, value in sections.items():
+        if key.startswith("unit "):
+            status.services.append(Service(key[5:], (value or ["unknown"])[0].strip()))
+    main = next((s for s in status.services if s.unit == unit), None)
+    if main:
+        crashes, restarts = sections.get("crashes", []), sections.get("watchdog", [])
+        main.crashes, main.watchdog_restarts = len(crashes), len(restarts)
+        main.last_crash = crashes[-1].split()[0] if crashes else ""
+        main.last_watchdog_reason = restarts[-1].split(": ", 1)[-1] if restarts else ""
+    status.image = " ".join(sections.get("image", [])).strip()
+    status.rpc_protocol = " ".join(sections.get("protocol", [])).strip()
+    status.gpu_memory = [line.strip() for line in sections.get("gpus", []) if line.strip()]
+    if "cache" in sections:
+        text = " ".join(sections["cache"]).strip()
+        status.cache_bytes = int(text) if text.isdigit() else None
+    if "log" in sections:
+        report = load_report.parse("\n".join(sections["log"]))
+        status.devices = {d: {"model": report.model.get(d, 0.0), "kv": report.kv.get(d, 0.0)}
+                          for d in sorted({*report.model, *report.kv})}
+        status.projector_on = report.clip_device
+    return status
+
+
+def collect(cluster: Cluster, inventory: Path) -> list[HostStatus]:
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        config = write_ssh_config(inventory, Path(tmp))
+        for host in cluster.hosts:
+            role = cluster.role(host.name)
+            try:
+                result = subprocess.run(["ssh", "-F", str(config), host.name, "bash -s"], input=host_script(host, role),
+                                        capture_output=True, text=True, timeout=60)
+                output = result.stdout if result.returncode == 0 else ""
+            except subprocess.TimeoutExpired:
+                output = ""
+            limit = int(host.settings["rpc_cache_max_gib"] * 2 ** 30) if role == "worker" else None
+            status = parse(host.name, role, output, limit)
+            if not output:
+                status.services = [Service(_units(role)[0], "unreachable (ssh)")]
+            out.append(status)
+    coordinator = out[0]
+    try:
+        health = client.get(cluster, "/health", timeout=10)
+        coordinator.api = "ok" if health.get("status") == "ok" else f"/health says {health}"
+    except Exception as error:  # refused, timed out, 503 while loading
+        coordinator.api = f"no answer ({error})"
+    return out
+
+
+def table(hosts: list[HostStatus]) -> str:
+    rows = []
+    for h in hosts:
+        rows.append(f"{h.name} ({h.role})  image {h.image or '-'}  RPC protocol {h.rpc_protocol or '-'}"
+                    + (f"  API {h.api}" if h.role == "coordinator" else ""))
+        for s in h.services:
+            restarts = ""
+            if s.crashes or s.watchdog_restarts:
+                restarts = (f"  restarts: {s.crashes} after a crash{f' (last {s.last_crash})' if s.last_crash else ''}, "
+                            f"{s.watchdog_restarts} by its watchdog"
+                            f"{f' (last: {s.last_watchdog_reason})' if s.last_watchdog_reason else ''}")
+            rows.append(f"  {s.unit:<32} {s.state}{restarts}")
+        if h.cache_bytes is not None:
+            rows.append(f"  tensor cache {h.cache_bytes / 2 ** 20:.1f} MiB of {h.cache_limit_bytes / 2 ** 30:g} GiB")
+        for gpu in h.gpu_memory:
+            rows.append(f"  GPU {gpu} (name, used MiB, total MiB)")
+        for device, mib in h.devices.items():
+            rows.append(f"  {device:<40} weights {mib['model']:9.2f} MiB  KV {mib['kv']:9.2f} MiB")
+        if h.projector_on:
+            rows.append(f"  vision projector on {h.projector_on}")
+    rows.append("all well" if all(h.ok for h in hosts) else "NOT WELL: " + ", ".join(h.name for h in hosts if not h.ok))
+    return "\n".join(rows)
+
+
+def to_json(hosts: list[HostStatus]) -> str:
+    return json.dumps([dict(asdict(h), ok=h.ok) for h in hosts], indent=2)
