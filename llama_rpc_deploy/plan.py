@@ -376,6 +376,10 @@ def plan_cluster(cluster, model: ModelInfo, reported: dict[str, list[int]] | Non
         if all(p.fits or not p.device.vram_bytes for p in f16):
             warnings.append(f"KV cache {context.type_k}/{context.type_v} although f16 fits: "
                             "f16 measured faster over RPC (23.5 vs 20 tok/s)")
+    if model.mla and context.type_k != context.type_v:  # llama_init_from_model refuses it (llama-context.cpp)
+        problems.append(f"{cluster.coordinator.origins['llama_cache_type_v']}: llama_cache_type_v = {context.type_v!r} "
+                        f"with llama_cache_type_k = {context.type_k!r}: {model.arch} uses latent attention (MLA), for "
+                        "which llama.cpp wants one type for K and V: expected the same type for both")
     stretched = any(a.startswith(ROPE_FLAGS) for a in s["llama_extra_args"])
     if model.n_ctx_train and context.ctx > model.n_ctx_train and not stretched:
         problems.append(f"{cluster.coordinator.origins['llama_ctx_size']}: llama_ctx_size = {context.ctx} is more than "

@@ -48,3 +48,16 @@ def test_the_comparison_can_fail(models):
     wrong = {d: dict(f, context=f["context"] * 1.05) for d, f in recorded.items()}
     assert oracle.mismatches(models["gemma4"], case, wrong)
     assert not oracle.mismatches(models["gemma4"], case, recorded)
+
+
+def test_latent_attention_wants_one_kv_type(models):
+    """llama.cpp refuses K and V of different types for an MLA model (the oracle grid cannot run it)."""
+    from llama_rpc_deploy.plan import plan_cluster
+
+    from .helpers import cluster
+
+    mixed = plan_cluster(cluster(all_data={"llama_cache_type_k": "q8_0", "llama_cache_type_v": "f16",
+                                           "llama_ctx_size": 8192, "llama_parallel": 1}), models["deepseek2"])
+    assert any("uses latent attention (MLA)" in p and "expected the same type for both" in p for p in mixed.problems)
+    same = plan_cluster(cluster(all_data={"llama_ctx_size": 8192, "llama_parallel": 1}), models["deepseek2"])
+    assert not any("latent attention" in p for p in same.problems)
