@@ -15,6 +15,9 @@
 #   MAX_BYTES  the limit (rpc_cache_max_gib)
 #   MIN_AGE    seconds a file must be left alone after its last change
 # Prints one line: the cache's size after, and what it removed.
+#
+# It runs as the service user (the unit's User=), inside the folder (cd once: a folder swapped for a
+# link afterwards changes nothing), and removes only names rpc-server writes (16 hex digits).
 set -euo pipefail
 
 # shellcheck source=/dev/null
@@ -24,6 +27,7 @@ if [ ! -d "$CACHE_DIR" ]; then
   echo "tensor cache: 0 bytes in 0 files (no $CACHE_DIR yet), limit $MAX_BYTES"
   exit 0
 fi
+cd -P -- "$CACHE_DIR"
 
 # the files some process holds open, by name: rpc-server sees the cache at its own path in its container
 declare -A busy=()
@@ -40,8 +44,8 @@ while read -r used changed size name; do
   entries+=("$used $changed $size $name")
   total=$((total + size))
   count=$((count + 1))
-done < <(find "$CACHE_DIR" -maxdepth 1 -type f -printf '%A@ %T@ %s %f\n' |
-         awk '{ printf "%d %d %d %s\n", ($1 > $2 ? $1 : $2), $2, $3, $4 }' | sort -n -k1,1)
+done < <(find . -maxdepth 1 -type f -regextype posix-extended -regex '\./[0-9a-f]{16}' -printf '%A@ %T@ %s %f\n' |
+         awk '{ printf "%.0f %.0f %.0f %s\n", ($1 > $2 ? $1 : $2), $2, $3, $4 }' | sort -n -k1,1)
 
 removed=0
 freed=0
@@ -50,7 +54,7 @@ for entry in "${entries[@]}"; do
   read -r _ changed size name <<< "$entry"
   [ -z "${busy[$name]:-}" ] || continue
   [ $((now - changed)) -ge "$MIN_AGE" ] || continue
-  rm -f -- "$CACHE_DIR/$name"
+  rm -f -- "./$name"
   total=$((total - size))
   freed=$((freed + size))
   removed=$((removed + 1))

@@ -54,7 +54,7 @@ def cache_sizes(cluster: Cluster, inventory: Path) -> dict[str, int]:
     with tempfile.TemporaryDirectory() as tmp:
         config = write_ssh_config(inventory, Path(tmp))
         for worker in cluster.workers:
-            command = f"find {shell(cache_dir(worker))} -maxdepth 1 -type f -printf '%s\\n' 2>/dev/null | awk '{{ s += $1 }} END {{ print s + 0 }}'"
+            command = f"find {shell(cache_dir(worker))} -maxdepth 1 -type f -printf '%s\\n' 2>/dev/null | awk '{{ s += $1 }} END {{ printf \"%.0f\\n\", s }}'"
             out = subprocess.run(["ssh", "-F", str(config), worker.name, command], capture_output=True, text=True,
                                  timeout=60).stdout.strip()
             sizes[worker.name] = int(out) if out.isdigit() else -1

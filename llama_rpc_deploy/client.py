@@ -14,7 +14,8 @@ from .cluster_checks import api_key
 
 def server_url(cluster: Cluster) -> str:
     s = cluster.settings
-    return f"http://{s['llama_host'] or cluster.coordinator.address}:{s['llama_port']}"
+    host = s["llama_host"] or cluster.coordinator.address
+    return f"http://{f'[{host}]' if ':' in host else host}:{s['llama_port']}"  # an IPv6 address in brackets
 
 
 def headers(cluster: Cluster, with_key: bool = True) -> dict[str, str]:

@@ -46,6 +46,22 @@ def hosts_are_addresses(cluster: Cluster, inventory_file: str) -> None:
                                 "from 1 to 65535")
 
 
+def rpc_servers_bind_ipv4(cluster: Cluster, inventory_file: str) -> None:
+    """rpc-server binds an IPv4 address literal only (inet_addr in ggml-rpc.cpp), and llama-server splits
+    --rpc endpoints at the first ':': a host name or an IPv6 address there would never serve."""
+    for w in cluster.workers:
+        bind = w.settings["rpc_host"] or w.address
+        try:
+            ok = ipaddress.ip_address(bind).version == 4
+        except ValueError:
+            ok = False
+        if not ok:
+            key = "rpc_host" if w.settings["rpc_host"] else "address"
+            where = w.origins[key] if w.settings[key] else f"{inventory_file} (host {w.name})"
+            raise SettingsError(f"{where}: {key} = {bind!r} on worker {w.name}: expected an IPv4 address (rpc-server "
+                                "binds to IPv4 addresses only; set address, or rpc_host, to the worker's IPv4 address)")
+
+
 def workers_apart_from_the_coordinator(cluster: Cluster, inventory_file: str) -> None:
     for w in cluster.workers:
         if w.address == cluster.coordinator.address:
@@ -67,7 +83,7 @@ def ports_apart_from_ssh(cluster: Cluster, inventory_file: str) -> None:
 
 def context_per_slot(cluster: Cluster, inventory_file: str) -> None:
     s, origins = cluster.settings, cluster.coordinator.origins
-    if s["llama_ctx_size"] // s["llama_parallel"] < MIN_CTX_PER_SLOT:
+    if not s["llama_kv_unified"] and s["llama_ctx_size"] // s["llama_parallel"] < MIN_CTX_PER_SLOT:
         raise SettingsError(
             f"{origins['llama_parallel']}: llama_parallel = {s['llama_parallel']} with llama_ctx_size = "
             f"{s['llama_ctx_size']} leaves {s['llama_ctx_size'] // s['llama_parallel']} tokens per request: expected "
@@ -225,7 +241,7 @@ def api_key_file_is_usable(cluster: Cluster, inventory_file: str) -> None:
         api_key(cluster)
 
 
-CHECKS = (hosts_are_addresses, workers_apart_from_the_coordinator, ports_apart_from_ssh, context_per_slot,
+CHECKS = (hosts_are_addresses, rpc_servers_bind_ipv4, workers_apart_from_the_coordinator, ports_apart_from_ssh, context_per_slot,
           distinct_rpc_endpoints, model_path_is_set, no_example_addresses, same_quantized_kv_types,
           quantized_v_has_flash_attention, rpc_port_apart_from_llama_port, one_share_per_device,
           cuda_can_build_every_gpu, firewall_admits_addresses, api_key_file_is_usable)

@@ -229,7 +229,8 @@ def auto_split(model: ModelInfo, devices: list[Device], context: Context, mmproj
 
 def largest_context(model: ModelInfo, devices: list[Device], context: Context, mmproj_bytes: int = 0) -> int:
     """The largest context (a multiple of 256) whose auto split still holds every layer."""
-    lo, hi = 0, max(model.n_ctx_train, 256) // 256  # llama.cpp runs past the trained length, but warns
+    per_request = model.n_ctx_train or (1 << 20)  # llama.cpp runs past the trained length, but warns
+    lo, hi = 0, per_request * (1 if context.unified else context.parallel) // 256
     while lo < hi:
         mid = (lo + hi + 1) // 2
         trial = dataclasses.replace(context, ctx=mid * 256)
@@ -287,7 +288,7 @@ class CapacityPlan:
             largest = dataclasses.replace(c, ctx=tokens, unified=unified)
             rows.append(f"largest context that fits with {c.parallel} slots{' (kv unified)' if unified else ''}: "
                         f"{tokens} tokens, {largest.per_slot} per request"
-                        f"{' (the model is trained for no more)' if tokens >= self.n_ctx_train > 0 else ''}")
+                        f"{' (the model is trained for no more per request)' if largest.per_slot >= self.n_ctx_train > 0 else ''}")
         split = ",".join(str(c) for c in self.split) if self.split else "by free memory (llama.cpp's default)"
         rows.append(f"tensor split: {split}   predicted ceiling: {self.tokens_per_s:.1f} tokens/s")
         rows += [f"warning: {w}" for w in self.warnings] + [f"does not fit: {p}" for p in self.problems]
@@ -381,10 +382,11 @@ def plan_cluster(cluster, model: ModelInfo, reported: dict[str, list[int]] | Non
                         f"with llama_cache_type_k = {context.type_k!r}: {model.arch} uses latent attention (MLA), for "
                         "which llama.cpp wants one type for K and V: expected the same type for both")
     stretched = any(a.startswith(ROPE_FLAGS) for a in s["llama_extra_args"])
-    if model.n_ctx_train and context.ctx > model.n_ctx_train and not stretched:
-        problems.append(f"{cluster.coordinator.origins['llama_ctx_size']}: llama_ctx_size = {context.ctx} is more than "
-                        f"the {model.n_ctx_train} tokens {model.arch} was trained for: expected at most "
-                        f"{model.n_ctx_train} (or rope scaling, e.g. --rope-scaling yarn, in llama_extra_args)")
+    if model.n_ctx_train and context.per_slot > model.n_ctx_train and not stretched:  # llama.cpp's n_ctx_seq
+        problems.append(f"{cluster.coordinator.origins['llama_ctx_size']}: llama_ctx_size = {context.ctx} gives each "
+                        f"request {context.per_slot} tokens, more than the {model.n_ctx_train} {model.arch} was trained "
+                        f"for: expected at most {model.n_ctx_train} per request (or rope scaling, e.g. --rope-scaling "
+                        "yarn, in llama_extra_args)")
     if any(flag in s["llama_extra_args"] for flag in SPECULATIVE_FLAGS):
         warnings.append("speculative decoding / MTP with RPC devices: measured slower, not faster (seed article)")
     largest = {}

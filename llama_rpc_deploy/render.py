@@ -203,7 +203,8 @@ def cache_prune_files(worker: HostPlan) -> dict[str, str]:
         **_program(s["deploy_dir"], "rpc-cache-prune.sh",
                    programs.cache_prune_env(cache_dir=cache_dir(worker), max_bytes=int(s["rpc_cache_max_gib"] * 2 ** 30),
                                             min_age=CACHE_MIN_AGE)),
-        f"{UNIT_DIR}/{CACHE_PRUNE_UNIT}": _render("rpc-cache-prune.service.j2", deploy_dir=s["deploy_dir"], limit=limit),
+        f"{UNIT_DIR}/{CACHE_PRUNE_UNIT}": _render("rpc-cache-prune.service.j2", deploy_dir=s["deploy_dir"], limit=limit,
+                                                  user=SERVICE_USER),
         f"{UNIT_DIR}/{CACHE_PRUNE_TIMER}": _render("rpc-cache-prune.timer.j2", limit=limit, every=CACHE_PRUNE_EVERY),
     }
 

@@ -86,17 +86,29 @@ def is_host_name(value) -> bool:
                                      for label in labels)
 
 
+# folders a deploy must never take over (it chowns its own folders to the service user)
+SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt",
+                         "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/bin",
+                         "/usr/lib", "/usr/local", "/usr/sbin", "/usr/share", "/var", "/var/cache", "/var/lib",
+                         "/var/log", "/var/tmp"})
+
+
 def _path(allowed: str, words: str) -> Check:
-    """An absolute path of these characters, without '..' components."""
-    return Check(words, lambda v: _printable(v) and re.fullmatch(f"/{allowed}*", v) is not None
-                 and ".." not in v.split("/") and v.strip("/") != "")
+    """An absolute path of these characters, without '.' or '..' components, not a system folder."""
+    def ok(v) -> bool:
+        if not (_printable(v) and re.fullmatch(f"/{allowed}*", v)):
+            return False
+        parts = v.split("/")
+        return "." not in parts and ".." not in parts and "/" + "/".join(p for p in parts if p) not in SYSTEM_DIRS
+    return Check(words, ok)
 
 
 BOOL = Check("True or False", lambda v: isinstance(v, bool))
 PORT = _int(1, 65535)
 ADDRESS = Check("an IP address or a host name (RFC 1123: letters, digits, '-' and '.')", is_host_name)
 # a folder of the deploy's own on a host: it goes into commands, units and docker's --volume
-HOST_DIR = _path(r"[A-Za-z0-9._/-]", "an absolute path of letters, digits, '.', '_', '-' and '/' (not '/')")
+HOST_DIR = _path(r"[A-Za-z0-9._/-]", "an absolute path of letters, digits, '.', '_', '-' and '/', a folder of "
+                                     "its own (not '/', /etc, /var/lib, ...)")
 # a file the user has (in LM Studio's folder...): spaces and letters of any script, but not ':' or ','
 # (docker's --volume cannot carry them) nor shell or unit syntax
 MODEL_FILE = _path(r"[\w .+@=~'()\[\]&/-]", "an absolute path of letters, digits, spaces and . _ - + @ = ~ ' ( ) [ ] & "

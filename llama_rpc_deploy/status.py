@@ -76,7 +76,7 @@ def host_script(host: HostPlan, role: str) -> str:
     ]
     if role == "worker":
         lines.append(f"echo '== cache'; find {shell(render.cache_dir(host))} -maxdepth 1 -type f -printf '%s\\n' "
-                     "2>/dev/null | awk '{ s += $1 } END { print s + 0 }'")
+                     "2>/dev/null | awk '{ s += $1 } END { printf \"%.0f\\n\", s }'")
     else:
         lines.append(f"echo '== log'; journalctl -u {shell(unit)} -o cat --no-pager -n 20000 2>/dev/null | "
                      "grep -E 'buffer size|CLIP using|loaded meta data|load_model: loading' || true")

@@ -12,7 +12,7 @@ from pyinfra.api import deploy
 from pyinfra.facts.files import Sha1File
 from pyinfra.operations import files, server, systemd
 
-from .. import operations, render
+from .. import client, operations, render
 from ..cluster import SERVICE_USER
 from ..quoting import shell
 from ..run import Run
@@ -65,8 +65,7 @@ def install_worker(run: Run):
 
 def health_probe(cluster) -> tuple[str, str]:
     """(the /health URL, a command on the coordinator that succeeds when it answers ok)."""
-    s = cluster.settings
-    url = f"http://{s['llama_host'] or cluster.coordinator.address}:{s['llama_port']}/health"
+    url = client.server_url(cluster) + "/health"
     return url, f"docker exec llama-server curl -fsS --max-time 5 {shell(url)}"
 
 

@@ -236,10 +236,14 @@ def test_plan_ends_in_one_line_on_a_file_that_is_not_gguf(tmp_path, capsys):
 
 
 def test_a_context_past_the_trained_length_is_refused_unless_rope_scaling_stretches_it(llama8b):
+    """llama.cpp compares each request's share (n_ctx_seq) with the trained length, not the whole context."""
     past = plan_cluster(cluster(all_data={"llama_ctx_size": 262144, "llama_parallel": 1, "llama_tensor_split": [1, 1]}),
                         llama8b)
-    assert any("llama_ctx_size = 262144 is more than the 131072 tokens llama was trained for: expected at most 131072"
-               in p for p in past.problems)
+    assert any("llama_ctx_size = 262144 gives each request 262144 tokens, more than the 131072 llama was trained for: "
+               "expected at most 131072 per request" in p for p in past.problems)
+    shared = plan_cluster(cluster(all_data={"llama_ctx_size": 262144, "llama_parallel": 4, "llama_tensor_split": [1, 1]}),
+                          llama8b)
+    assert not any("trained for" in p for p in shared.problems)  # 65536 a request
     stretched = plan_cluster(cluster(all_data={"llama_ctx_size": 262144, "llama_parallel": 1, "llama_tensor_split": [1, 1],
                                                "llama_extra_args": ["--rope-scaling", "yarn"]}), llama8b)
     assert not any("trained for" in p for p in stretched.problems)

@@ -628,28 +628,44 @@ def prune(tmp_path, folder, limit_mib, min_age=10):
                                                            min_age=min_age))
 
 
+def h(name: str) -> str:
+    """A cache file's name as rpc-server writes it: the tensor's hash in 16 hex digits."""
+    return name.encode().hex().rjust(16, "0")
+
+
 def test_the_least_recently_used_files_go_first_until_the_cache_fits(tmp_path):
-    folder = cache(tmp_path, {"a": (10, 3000, 3000), "b": (10, 100, 5000), "c": (10, 2000, 2000), "d": (10, 50, 50)})
+    folder = cache(tmp_path, {h("a"): (10, 3000, 3000), h("b"): (10, 100, 5000), h("c"): (10, 2000, 2000),
+                              h("d"): (10, 50, 50)})
     result = prune(tmp_path, folder, 25)
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in folder.iterdir()) == ["b", "d"]  # a, then c: b was used after both
+    assert sorted(p.name for p in folder.iterdir()) == [h("b"), h("d")]  # a, then c: b was used after both
     assert f"tensor cache: {20 * MIB} bytes in 2 files, limit {25 * MIB}; removed 2 files ({20 * MIB} bytes)" in result.stdout
 
 
 def test_a_cache_under_its_limit_is_left_alone(tmp_path):
-    folder = cache(tmp_path, {"a": (10, 3000, 3000), "b": (10, 100, 100)})
+    folder = cache(tmp_path, {h("a"): (10, 3000, 3000), h("b"): (10, 100, 100)})
     assert prune(tmp_path, folder, 20).returncode == 0
-    assert sorted(p.name for p in folder.iterdir()) == ["a", "b"]
+    assert sorted(p.name for p in folder.iterdir()) == [h("a"), h("b")]
 
 
 def test_a_file_being_written_is_never_removed(tmp_path):
     """Changed in the last MIN_AGE seconds (rpc-server is writing it), or held open by a process."""
-    folder = cache(tmp_path, {"old": (10, 3000, 3000), "fresh": (10, 2, 2), "open": (10, 4000, 4000)})
-    with open(folder / "open", "rb"):  # this test's own process holds it open, under .../rpc/open
+    folder = cache(tmp_path, {h("old"): (10, 3000, 3000), h("fresh"): (10, 2, 2), h("open"): (10, 4000, 4000)})
+    with open(folder / h("open"), "rb"):  # this test's own process holds it open, under .../rpc/NAME
         result = prune(tmp_path, folder, 5)
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in folder.iterdir()) == ["fresh", "open"]
+    assert sorted(p.name for p in folder.iterdir()) == sorted([h("fresh"), h("open")])
     assert "removed 1 files" in result.stdout
+
+
+def test_only_names_rpc_server_writes_are_removed_and_big_files_count_whole(tmp_path):
+    """Sizes past 2 GiB (mawk prints those in exponent notation unless told not to); a name that is not
+    a 16-digit hash is not the cache's, whatever its age."""
+    folder = cache(tmp_path, {h("big"): (3 * 1024, 9000, 9000), "notes.txt": (10, 9999, 9999), h("new"): (1, 1, 100)})
+    result = prune(tmp_path, folder, 2 * 1024)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["notes.txt", h("new")])
+    assert f"removed 1 files ({3 * 1024 * MIB} bytes)" in result.stdout
 
 
 def test_no_cache_folder_yet_is_not_an_error(tmp_path):
