@@ -72,24 +72,30 @@ class Context:
         return dataclasses.replace(self, type_k=type_k, type_v=type_v)
 
 
-def kv_bytes(model: ModelInfo, layers: list[int], context: Context) -> int:
-    """KV cache (and recurrent state) bytes of these layers. Without flash attention V is stored
+def kv_by_layer(model: ModelInfo, context: Context) -> list[int]:
+    """KV cache (and recurrent state) bytes of each layer. Without flash attention V is stored
     transposed, every layer's as wide as the widest (llama.cpp's TAG_V_CACHE_VARIABLE); a model with
     latent attention (MLA) stores K only."""
     v_widest = max(v for _, v in model.kv_per_token)
-    total = 0
-    for il in layers:
-        k, v = model.kv_per_token[il]
+    out = []
+    for il, (k, v) in enumerate(model.kv_per_token):
+        total = 0
         if model.recurrent_per_seq and model.recurrent_per_seq[il]:
             total += 4 * model.recurrent_per_seq[il] * max(1, context.parallel)  # f32, one row per sequence
-        if not k:
-            continue
-        sliding = bool(model.swa_layers) and model.swa_layers[il]
-        cells = context.cells(model.swa_window if sliding else 0) * context.streams
-        total += row_bytes(context.type_k, k) * cells
-        if not model.mla:
-            total += row_bytes(context.type_v, v if context.flash_attn else v_widest) * cells
-    return total
+        if k:
+            sliding = bool(model.swa_layers) and model.swa_layers[il]
+            cells = context.cells(model.swa_window if sliding else 0) * context.streams
+            total += row_bytes(context.type_k, k) * cells
+            if not model.mla:
+                total += row_bytes(context.type_v, v if context.flash_attn else v_widest) * cells
+        out.append(total)
+    return out
+
+
+def kv_bytes(model: ModelInfo, layers: list[int], context: Context) -> int:
+    """KV cache (and recurrent state) bytes of these layers."""
+    per_layer = kv_by_layer(model, context)
+    return sum(per_layer[il] for il in layers)
 
 
 @dataclass(frozen=True)
@@ -150,6 +156,7 @@ def place(model: ModelInfo, devices: list[Device], shares: list[float], context:
     """Weights, KV and reserve per device for a split, and the bytes left in the host's memory
     (token embeddings always, plus whatever is not offloaded)."""
     placements = [Placement(device=d) for d in devices]
+    kv = kv_by_layer(model, context)
     host = model.input_bytes
     where = assign_layers(model.n_layer, n_gpu_layers, shares)
     for il, index in enumerate(where[:-1]):
@@ -159,7 +166,7 @@ def place(model: ModelInfo, devices: list[Device], shares: list[float], context:
         p = placements[index]
         p.layers.append(il)
         p.weights += model.layer_bytes[il]
-        p.kv += kv_bytes(model, [il], context)
+        p.kv += kv[il]
     if where[-1] is None:
         host += model.output_bytes
     else:
@@ -194,9 +201,9 @@ def auto_split(model: ModelInfo, devices: list[Device], context: Context, mmproj
     """
     n, k = model.n_layer, len(devices)
     weights, memory = [0], [0]  # prefix sums over layers
-    for i in range(n):
-        weights.append(weights[-1] + model.layer_bytes[i])
-        memory.append(memory[-1] + model.layer_bytes[i] + kv_bytes(model, [i], context))
+    for layer, kv in zip(model.layer_bytes, kv_by_layer(model, context)):
+        weights.append(weights[-1] + layer)
+        memory.append(memory[-1] + layer + kv)
 
     def room(i: int) -> int:
         left = devices[i].usable - COMPUTE_RESERVE - (mmproj_bytes if i == 0 else 0)
