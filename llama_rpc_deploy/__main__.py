@@ -21,11 +21,10 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 from . import client, gguf_header, lab, plan, settings
-from .deployment import offline_cluster
+from .deployment import data_overrides, offline_cluster
 from .settings import SettingsError
 from .testmodel import main as model_main
 
@@ -91,18 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                                args.png, args.sleep_wait)
             print(bench.table(result))
         elif args.command == "plan":
-            with warnings.catch_warnings():  # pyinfra_cli monkey-patches ssl on import, and says so
-                warnings.simplefilter("ignore")
-                from pyinfra_cli.util import parse_cli_arg  # --data values as pyinfra reads them
-
-            overrides = {}
-            for item in args.data:
-                key, eq, raw = item.partition("=")
-                if not eq:
-                    print(f"error: --data {item!r}: expected KEY=VALUE", file=sys.stderr)
-                    return 2
-                overrides[key] = parse_cli_arg(raw)
-            cluster = offline_cluster(args.inventory, overrides=overrides)
+            cluster = offline_cluster(args.inventory, overrides=data_overrides(args.data))
             model = args.model or Path(cluster.settings["llama_model_path"])
             mmproj = args.mmproj or (cluster.settings["llama_mmproj_path"] and Path(cluster.settings["llama_mmproj_path"]))
             read = {}

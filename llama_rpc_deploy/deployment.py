@@ -154,6 +154,23 @@ def offline_cluster(inventory_path: Path, group_data: Path | None = None,
     return cluster_.build(hosts["coordinator"], hosts["worker"], str(inventory_path))
 
 
+def data_overrides(items: list[str]) -> dict:
+    """--data KEY=VALUE items as pyinfra reads them (its own parse_cli_arg: 999 an int, null None, ...)."""
+    import warnings
+
+    with warnings.catch_warnings():  # pyinfra_cli monkey-patches ssl on import, and says so
+        warnings.simplefilter("ignore")
+        from pyinfra_cli.util import parse_cli_arg
+
+    overrides = {}
+    for item in items:
+        key, eq, raw = item.partition("=")
+        if not eq or not key:
+            raise SettingsError(f"--data {item!r} on the command line: expected KEY=VALUE")
+        overrides[key] = parse_cli_arg(raw)
+    return overrides
+
+
 def preflight(argv: list[str] = sys.argv) -> None:
     """Run from config.py, which pyinfra reads before it connects to any host: check every setting.
 
@@ -161,21 +178,14 @@ def preflight(argv: list[str] = sys.argv) -> None:
     deploy.py checks again with pyinfra's own view of the data.
     """
     from pyinfra.api.exceptions import DeployError
-    from pyinfra_cli.util import parse_cli_arg
 
     inventory = Path(inventory_file(argv))
     if not inventory.is_file():
         return  # an inventory given on the command line (host names, @docker/...): deploy.py checks it
-    overrides = {}
-    for flag, value in zip(argv, argv[1:] + [""]):
-        if flag.startswith("--data="):  # the --data=KEY=VALUE form
-            value, flag = flag.removeprefix("--data="), "--data"
-        if flag == "--data":
-            key, eq, raw = value.partition("=")
-            if not eq or not key:
-                raise DeployError(f"--data {value!r} on the command line: expected KEY=VALUE")
-            overrides[key] = parse_cli_arg(raw)
+    items = [flag.removeprefix("--data=") if flag.startswith("--data=") else value  # --data K=V, --data=K=V
+             for flag, value in zip(argv, argv[1:] + [""]) if flag == "--data" or flag.startswith("--data=")]
     try:
+        overrides = data_overrides(items)
         from_cluster(offline_cluster(inventory, overrides=overrides), with_key=False)  # the source too (its sha256)
     except (SettingsError, OSError, SyntaxError) as error:
         raise DeployError(str(error)) from None
