@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -21,11 +19,11 @@ from pathlib import Path
 from . import client
 from .gguf_header import read_model, read_remote_model
 from .cluster import Cluster
-from .deployment import write_ssh_config
+from .deployment import ssh_runner
 from .facts import GgufHeader
 from .loadtest import run_load
 from .plan import plan_cluster
-from .quoting import shell
+from .status import cache_bytes_command
 
 PROMPT = "The quick brown fox jumps over the lazy dog. "
 
@@ -35,28 +33,22 @@ def model_header(cluster: Cluster, inventory: Path, local: Path | None):
     if local:
         return read_model(local)
     fact, path = GgufHeader(), cluster.settings["llama_model_path"]
-    with tempfile.TemporaryDirectory() as tmp:
-        config = write_ssh_config(inventory, Path(tmp))
+    with ssh_runner(inventory) as run:
 
         def fetch(file, limit):
-            out = subprocess.run(["ssh", "-F", str(config), cluster.coordinator.name, fact.command(file, limit)],
-                                 capture_output=True, text=True, check=True, timeout=120).stdout
-            return fact.process(out.splitlines())
+            result = run(cluster.coordinator.name, fact.command(file, limit))
+            result.check_returncode()
+            return fact.process(result.stdout.splitlines())
 
         return read_remote_model(fetch, path)
 
 
 def cache_sizes(cluster: Cluster, inventory: Path) -> dict[str, int]:
-    """Bytes in each worker's tensor cache (rpc_cache_dir/rpc), read over SSH."""
-    from .render import cache_dir
-
+    """Bytes in each worker's tensor cache (rpc_cache_dir/rpc), read over SSH; -1 where unreadable."""
     sizes = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        config = write_ssh_config(inventory, Path(tmp))
+    with ssh_runner(inventory) as run:
         for worker in cluster.workers:
-            command = f"find {shell(cache_dir(worker))} -maxdepth 1 -type f -printf '%s\\n' 2>/dev/null | awk '{{ s += $1 }} END {{ printf \"%.0f\\n\", s }}'"
-            out = subprocess.run(["ssh", "-F", str(config), worker.name, command], capture_output=True, text=True,
-                                 timeout=60).stdout.strip()
+            out = run(worker.name, cache_bytes_command(worker), timeout=60).stdout.strip()
             sizes[worker.name] = int(out) if out.isdigit() else -1
     return sizes
 

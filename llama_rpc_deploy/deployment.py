@@ -7,8 +7,10 @@ bad setting stops the deploy before the first host is touched.
 """
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -136,6 +138,20 @@ def group_data_for(inventory_path: Path) -> Path:
         if (folder / "group_data").is_dir():
             return folder / "group_data"
     return PROJECT / "group_data"
+
+
+@contextlib.contextmanager
+def ssh_runner(inventory: Path):
+    """run(host, command, input=None, timeout=120) -> CompletedProcess: a command on an inventory host over
+    SSH, reached the way pyinfra reaches it (write_ssh_config), for the commands around the deploy."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = write_ssh_config(inventory, Path(tmp))
+
+        def run(host: str, command: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+            return subprocess.run(["ssh", "-F", str(config), host, command], input=input, capture_output=True,
+                                  text=True, timeout=timeout)
+
+        yield run
 
 
 def offline_cluster(inventory_path: Path, group_data: Path | None = None,

@@ -139,7 +139,8 @@ def _parse_header(data: bytes, path: str) -> Header:
         name = string()
         n_dims = take("I")
         ne = tuple(take("Q") for _ in range(n_dims))
-        kind, _offset = take("I"), take("Q")
+        kind = take("I")
+        take("Q")  # the tensor's offset in the data: not needed
         block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
         tensors.append((name, ne, math.prod(ne) // block * size))
     alignment = int(fields.get("general.alignment", 32))

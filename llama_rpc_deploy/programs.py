@@ -13,7 +13,6 @@ from .paths import shipped
 import re
 from .quoting import shell
 from collections.abc import Sequence
-from pathlib import Path
 
 PROGRAMS = ("wait-for-workers.sh", "llama-server-watchdog.sh", "rpc-server-watchdog.sh", "rpc-firewall.sh",
             "rpc-cache-prune.sh")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from .paths import shipped
 
 import ipaddress
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 import jinja2
 

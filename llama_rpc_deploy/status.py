@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import client, load_report, render
 from .cluster import Cluster, HostPlan
-from .deployment import write_ssh_config
+from .deployment import ssh_runner
 from .quoting import shell
 
 CRASH = "Scheduled restart job"  # what systemd logs when it restarts a unit whose process ended
@@ -58,6 +57,12 @@ def _units(role: str) -> tuple[str, str, str]:
     return render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, "rpc-server"
 
 
+def cache_bytes_command(worker: HostPlan) -> str:
+    """A command that prints the bytes in a worker's tensor cache (%.0f: mawk prints big sums as 2.1e+09)."""
+    return (f"find {shell(render.cache_dir(worker))} -maxdepth 1 -type f -printf '%s\\n' 2>/dev/null | "
+            "awk '{ s += $1 } END { printf \"%.0f\\n\", s }'")
+
+
 def host_script(host: HostPlan, role: str) -> str:
     """One bash script for a host: sections that start with '== NAME', read by parse()."""
     unit, watchdog, container = _units(role)
@@ -75,8 +80,7 @@ def host_script(host: HostPlan, role: str) -> str:
         "--format=csv,noheader,nounits 2>/dev/null || true",
     ]
     if role == "worker":
-        lines.append(f"echo '== cache'; find {shell(render.cache_dir(host))} -maxdepth 1 -type f -printf '%s\\n' "
-                     "2>/dev/null | awk '{ s += $1 } END { printf \"%.0f\\n\", s }'")
+        lines.append(f"echo '== cache'; {cache_bytes_command(host)}")
     else:
         lines.append(f"echo '== log'; journalctl -u {shell(unit)} -o cat --no-pager -n 20000 2>/dev/null | "
                      "grep -E 'buffer size|CLIP using|loaded meta data|load_model: loading' || true")
@@ -119,13 +123,11 @@ def parse(name: str, role: str, output: str, cache_limit: int | None = None) -> 
 
 def collect(cluster: Cluster, inventory: Path) -> list[HostStatus]:
     out = []
-    with tempfile.TemporaryDirectory() as tmp:
-        config = write_ssh_config(inventory, Path(tmp))
+    with ssh_runner(inventory) as run:
         for host in cluster.hosts:
             role = cluster.role(host.name)
             try:
-                result = subprocess.run(["ssh", "-F", str(config), host.name, "bash -s"], input=host_script(host, role),
-                                        capture_output=True, text=True, timeout=60)
+                result = run(host.name, "bash -s", input=host_script(host, role), timeout=60)
                 output = result.stdout if result.returncode == 0 else ""
             except subprocess.TimeoutExpired:
                 output = ""

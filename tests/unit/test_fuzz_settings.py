@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_rpc_deploy import facts, programs, render, source, transfer
+from llama_rpc_deploy import facts, render, source, transfer
 from llama_rpc_deploy.phases.services import health_probe
 from llama_rpc_deploy.settings import BY_NAME, SETTINGS, SettingsError
 
@@ -35,7 +35,7 @@ IMAGE = "llama-rpc:b11312-0123456789ab"
 CANARY = "CANARY_PWNED"
 PAYLOADS = [f"$(touch {CANARY})", f"`touch {CANARY}`", f"; touch {CANARY}", f"\ntouch {CANARY}\n",
             f"' ; touch {CANARY} ; '", f'" ; touch {CANARY} ; "', f"& touch {CANARY} &", f"| touch {CANARY}",
-            f"%h$HOME${{HOME}}\\n\\\\", "\x00", "\r", "\t", "é中文🙂", "-", "--", " ", "", "/", "..", ":", ",",
+            "%h$HOME${HOME}\\n\\\\", "\x00", "\r", "\t", "é中文🙂", "-", "--", " ", "", "/", "..", ":", ",",
             f"/models/it's & (1) [2] {CANARY}.gguf", f"/models/a'b'$(touch {CANARY}).gguf"]
 ALPHABET = string.printable + "é中文🙂\x00\x1b\x7f"
 
