@@ -8,7 +8,7 @@ import sys
 from llama_rpc_deploy import lab
 from llama_rpc_deploy.deployment import PROJECT
 
-from . import INVENTORY, WORKERS, needs_docker, operations, pyinfra
+from . import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra
 
 pytestmark = needs_docker
 
@@ -29,3 +29,8 @@ def test_bench_writes_table_json_and_png(tmp_path):
     assert figures["first_token_after_sleep_s"] is None and "never sleeps" in figures["first_token_after_sleep_note"]
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "planner's ceiling" in result.stdout and "streams   total tokens/s" in result.stdout
+    # each worker's tensor cache, as bench read it over SSH, against the files counted on the worker itself
+    for index, (worker, (size, limit)) in enumerate(figures["tensor_cache"].items(), start=1):
+        files = on(index, "find /var/cache/llama-rpc/rpc -maxdepth 1 -type f -printf '%s\\n'").stdout.split()
+        assert size == sum(int(n) for n in files) and limit == 64 * 2 ** 30, worker
+        assert f"tensor cache on {worker}: {size / 2 ** 20:.1f} MiB of its 64 GiB limit" in result.stdout
