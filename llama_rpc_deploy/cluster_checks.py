@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .cluster import Cluster, HostPlan
 from .image import cuda_architectures
-from .settings import PLACEHOLDER, QUANTIZED_CACHE_TYPES, SettingsError, is_host_name
+from .settings import PLACEHOLDER, PORT, QUANTIZED_CACHE_TYPES, SettingsError, is_host_name
 
 # The first CUDA release that can build for a compute capability (newer cards need newer CUDA).
 MIN_CUDA_FOR_ARCH = {"100": (12, 8), "101": (12, 8), "120": (12, 8), "121": (12, 9), "90": (11, 8), "89": (11, 8)}
@@ -35,15 +35,20 @@ def check_inventory_shape(coordinators: list[str], workers: list[str], inventory
 MIN_CTX_PER_SLOT = 512  # tokens: a chat's system prompt alone takes a few hundred
 
 
+def _where(host: HostPlan, key: str, inventory_file: str) -> str:
+    """Where a host's value of key came from; unset, its host line in the inventory (address, rpc_host:
+    the inventory name stands in for them)."""
+    return host.origins[key] if host.settings[key] else f"{inventory_file} (host {host.name})"
+
+
 def hosts_are_addresses(cluster: Cluster, inventory_file: str) -> None:
     """Every inventory name and address is an IP address or an RFC 1123 host name: they go into commands."""
     for h in cluster.hosts:
         if not is_host_name(h.name):
             raise SettingsError(f"{inventory_file}: host {h.name!r}: expected an IP address or a host name "
                                 "(RFC 1123: letters, digits, '-' and '.')")
-        if not isinstance(h.ssh_port, int) or isinstance(h.ssh_port, bool) or not 1 <= h.ssh_port <= 65535:
-            raise SettingsError(f"{inventory_file} (host {h.name}): ssh_port = {h.ssh_port!r}: expected an integer "
-                                "from 1 to 65535")
+        if not PORT.ok(h.ssh_port):
+            raise SettingsError(f"{inventory_file} (host {h.name}): ssh_port = {h.ssh_port!r}: expected {PORT.expected}")
 
 
 def rpc_servers_bind_ipv4(cluster: Cluster, inventory_file: str) -> None:
@@ -57,16 +62,14 @@ def rpc_servers_bind_ipv4(cluster: Cluster, inventory_file: str) -> None:
             ok = False
         if not ok:
             key = "rpc_host" if w.settings["rpc_host"] else "address"
-            where = w.origins[key] if w.settings[key] else f"{inventory_file} (host {w.name})"
-            raise SettingsError(f"{where}: {key} = {bind!r} on worker {w.name}: expected an IPv4 address (rpc-server "
+            raise SettingsError(f"{_where(w, key, inventory_file)}: {key} = {bind!r} on worker {w.name}: expected an IPv4 address (rpc-server "
                                 "binds to IPv4 addresses only; set address, or rpc_host, to the worker's IPv4 address)")
 
 
 def workers_apart_from_the_coordinator(cluster: Cluster, inventory_file: str) -> None:
     for w in cluster.workers:
         if w.address == cluster.coordinator.address:
-            where = w.origins["address"] if w.settings["address"] else f"{inventory_file} (host {w.name})"
-            raise SettingsError(f"{where}: address = {w.address!r} on worker {w.name} is the coordinator's: expected "
+            raise SettingsError(f"{_where(w, 'address', inventory_file)}: address = {w.address!r} on worker {w.name} is the coordinator's: expected "
                                 "the worker's own address (a worker on the coordinator's host adds nothing over RPC)")
 
 
@@ -200,10 +203,9 @@ def firewall_admits_addresses(cluster: Cluster, inventory_file: str) -> None:
                     raise ValueError("an IPv6 scope id")
                 network = ipaddress.ip_network(client, strict=False)
             except ValueError:
-                where, key = ((worker.origins["rpc_allow_from"], "rpc_allow_from") if worker.settings["rpc_allow_from"]
-                              else (cluster.coordinator.origins["address"], "address"))
-                if where == "default":  # the address is the coordinator's inventory name
-                    where = f"{inventory_file} (host {cluster.coordinator.name})"
+                host, key = ((worker, "rpc_allow_from") if worker.settings["rpc_allow_from"]
+                             else (cluster.coordinator, "address"))
+                where = _where(host, key, inventory_file)
                 raise SettingsError(
                     f"{where}: {key} = {client!r} (the source {worker.name}'s firewall admits to rpc_port): expected an "
                     "IP address or network (set address to the coordinator's IP, or rpc_allow_from, or rpc_firewall = False)"
