@@ -95,6 +95,12 @@ def _write_gguf(path: Path, shape: Shape, name: str, vocab: tuple[list[bytes], l
     writer.add_add_bos_token(True)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
+    return write_tensors(writer, path, tensors)
+
+
+def write_tensors(writer: GGUFWriter, path: Path, tensors: dict[str, np.ndarray]) -> Path:
+    """Add the tensors to a writer whose keys are set, write the file (or its shards) and close it;
+    the path of the (first) file."""
     for tensor_name, data in tensors.items():
         writer.add_tensor(tensor_name, data)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,8 +108,7 @@ def _write_gguf(path: Path, shape: Shape, name: str, vocab: tuple[list[bytes], l
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    shards = writer.format_shard_names(path)
-    return shards[0]
+    return writer.format_shard_names(path)[0]
 
 
 def _random_layers(rng: np.random.Generator, shape: Shape, std: float) -> dict[str, np.ndarray]:

@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFWriter
 
+from .testmodel import write_tensors
+
 
 @dataclass(frozen=True)
 class VisionShape:
@@ -121,14 +123,7 @@ def write_projector(path: Path, n_embd_text: int = 512, seed: int = 1234) -> Pat
     writer.add_vision_image_mean(list(IMAGE_MEAN))
     writer.add_vision_image_std(list(IMAGE_STD))
     writer.add_vision_use_gelu(True)
-    for name, data in projector_tensors(n_embd_text, seed, vision).items():
-        writer.add_tensor(name, data)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return write_tensors(writer, path, projector_tensors(n_embd_text, seed, vision))
 
 
 def main(argv: list[str] | None = None) -> None:
