@@ -234,7 +234,8 @@ def read_model(path: Path | str, shards: list | None = None) -> ModelInfo:
 
 
 def projector_bytes(path: Path | str, shards: list | None = None) -> int:
-    """The weights of a vision projector (mmproj-*.gguf, architecture 'clip'): every tensor in it."""
+    """The weights of a vision projector (mmproj-*.gguf, architecture 'clip'): every tensor in it. (A
+    projector is one file; `shards` is there because read_remote_model calls every reader the same way.)"""
     header = read_header(path)
     if header.fields.get("general.architecture") != "clip":
         raise ValueError(f"{path}: general.architecture = {header.fields.get('general.architecture')!r}: "
