@@ -29,8 +29,8 @@ from .settings import SettingsError
 from .testmodel import main as model_main
 
 
-def complete(inventory: Path, prompt: str, n_predict: int, timeout: float = 300) -> dict:
-    return client.complete(offline_cluster(inventory), prompt, n_predict, timeout=timeout)
+def complete(inventory: Path, prompt: str, n_predict: int, timeout: float = 300, model: str | None = None) -> dict:
+    return client.complete(offline_cluster(inventory), prompt, n_predict, timeout=timeout, model=model)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p_complete.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
     p_complete.add_argument("--prompt", default="Two computers, one model:")
     p_complete.add_argument("-n", "--n-predict", type=int, default=32)
+    p_complete.add_argument("--model", help="with llama_models: the model to answer (default: llama_model_path's)")
     p_bench = sub.add_parser("bench")
     p_bench.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
     p_bench.add_argument("--streams", default="1,2,4", help="parallel streams to measure, comma separated")
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 lab.pin(unpin=args.action == "unpin")
         elif args.command == "complete":
-            result = complete(args.inventory, args.prompt, args.n_predict)
+            result = complete(args.inventory, args.prompt, args.n_predict, model=args.model)
             t = result.get("timings", {})
             print(f"prompt: {args.prompt!r}")
             print(f"completion: {result.get('content', '')!r}")
@@ -91,25 +92,34 @@ def main(argv: list[str] | None = None) -> int:
             print(bench.table(result))
         elif args.command == "plan":
             cluster = offline_cluster(args.inventory, overrides=data_overrides(args.data))
-            model = args.model or Path(cluster.settings["llama_model_path"])
-            mmproj = args.mmproj or (cluster.settings["llama_mmproj_path"] and Path(cluster.settings["llama_mmproj_path"]))
-            read = {}
-            for what, path, reader in (("--model", model, gguf_header.read_model),
-                                       ("--mmproj", mmproj, gguf_header.projector_bytes)):
-                if not path:
-                    continue
-                if not path.is_file():
-                    print(f"error: {what} {path}: not on this machine: pass a copy of the GGUF file "
-                          "(only its header is read)", file=sys.stderr)
-                    return 2
-                try:
-                    read[what] = reader(path)
-                except Exception as error:  # not a GGUF file, cut short, a shard missing
-                    print(f"error: {what} {path}: not a readable GGUF file: {error}", file=sys.stderr)
-                    return 2
-            capacity = plan.plan_cluster(cluster, read["--model"], mmproj_bytes=read.get("--mmproj", 0))
-            print(capacity.table())
-            return 2 if capacity.problems else 0
+            names = cluster.served_models() or [cluster.default_model]
+            failed = False
+            for name in names:  # with llama_models, every model is planned with its own settings
+                view = cluster.for_model(name)
+                default = name == cluster.default_model
+                model = (default and args.model) or Path(view.settings["llama_model_path"])
+                mmproj = (default and args.mmproj) or (view.settings["llama_mmproj_path"]
+                                                       and Path(view.settings["llama_mmproj_path"]))
+                read = {}
+                for what, path, reader in (("--model", model, gguf_header.read_model),
+                                           ("--mmproj", mmproj, gguf_header.projector_bytes)):
+                    if not path:
+                        continue
+                    if not path.is_file():
+                        print(f"error: {what} {path}: not on this machine: pass a copy of the GGUF file "
+                              "(only its header is read)", file=sys.stderr)
+                        return 2
+                    try:
+                        read[what] = reader(path)
+                    except Exception as error:  # not a GGUF file, cut short, a shard missing
+                        print(f"error: {what} {path}: not a readable GGUF file: {error}", file=sys.stderr)
+                        return 2
+                capacity = plan.plan_cluster(view, read["--model"], mmproj_bytes=read.get("--mmproj", 0))
+                if cluster.router:
+                    print(f"model {name!r}{' (loaded at start)' if default else ''}:")
+                print(capacity.table())
+                failed = failed or bool(capacity.problems)
+            return 2 if failed else 0
         elif args.command == "status":
             from . import status
 

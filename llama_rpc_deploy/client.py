@@ -40,6 +40,15 @@ def get(cluster: Cluster, path: str, timeout: float = 10) -> dict:
         return json.load(response)
 
 
-def complete(cluster: Cluster, prompt: str, n_predict: int, timeout: float = 300, **options) -> dict:
-    return post(cluster, "/completion", {"prompt": prompt, "n_predict": n_predict, "cache_prompt": False, **options},
-                timeout=timeout)
+def model_field(cluster: Cluster, model: str | None = None) -> dict:
+    """The request's model field: with models on demand, the model to answer (llama_model_path's unless
+    named); one model needs none."""
+    if model and model not in cluster.served_models():
+        raise ValueError(f"model {model!r}: expected one of the served models ({', '.join(cluster.served_models()) or 'none: llama_models is empty'})")
+    return {"model": model or cluster.default_model} if cluster.router else {}
+
+
+def complete(cluster: Cluster, prompt: str, n_predict: int, timeout: float = 300, model: str | None = None,
+             **options) -> dict:
+    return post(cluster, "/completion", {**model_field(cluster, model), "prompt": prompt, "n_predict": n_predict,
+                                         "cache_prompt": False, **options}, timeout=timeout)

@@ -7,7 +7,9 @@ cluster_checks.py on it.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
 
 from .gpus import Gpu, lookup
 from .settings import Layer, SettingsError, resolve
@@ -71,9 +73,48 @@ class Cluster:
             return "coordinator"
         return "worker" if any(w.name == name for w in self.workers) else "none"
 
-    def with_split(self, split: list) -> Cluster:
-        """The same cluster with llama_tensor_split = split (the planner's, for 'auto')."""
+    # --- models on demand (llama_models): one Cluster view per model ---
+
+    @property
+    def router(self) -> bool:
+        """llama-server runs as a router that loads the model each request names (llama_models is set)."""
+        return bool(self.settings["llama_models"])
+
+    @property
+    def default_model(self) -> str:
+        """The name llama_model_path's model is served under: its llama_models entry's, or its file's."""
+        path = self.settings["llama_model_path"]
+        named = [n for n, e in self.settings["llama_models"].items() if e["llama_model_path"] == path]
+        if named:
+            return named[0]
+        stem = PurePosixPath(path).name.removesuffix(".gguf")
+        return re.sub(r"[^A-Za-z0-9._-]", "-", stem).lstrip("._-")[:64] or "model"
+
+    def served_models(self) -> list[str]:
+        """Every model's name, llama_model_path's first; [] when llama_models is empty (one model, no router)."""
+        if not self.router:
+            return []
+        return [self.default_model] + [n for n in self.settings["llama_models"] if n != self.default_model]
+
+    def for_model(self, name: str) -> Cluster:
+        """This cluster as one served model sees it: its llama_models entry's settings over the shared ones
+        (each origin then says which entry the value came from)."""
+        entry = self.settings["llama_models"].get(name, {})
+        if not entry:
+            return self
         c = self.coordinator
+        where = f"{c.origins['llama_models']} (llama_models: {name})"
+        return replace(self, coordinator=replace(c, settings={**c.settings, **entry},
+                                                 origins={**c.origins, **{k: where for k in entry}}))
+
+    def with_split(self, split: list, model: str | None = None) -> Cluster:
+        """The same cluster with llama_tensor_split = split (the planner's, for 'auto'); for a model of
+        llama_models, in that model's entry."""
+        c = self.coordinator
+        models = c.settings["llama_models"]
+        if model in models:
+            entry = {**models[model], "llama_tensor_split": list(split)}
+            return replace(self, coordinator=replace(c, settings={**c.settings, "llama_models": {**models, model: entry}}))
         return replace(self, coordinator=replace(c, settings={**c.settings, "llama_tensor_split": list(split)}))
 
 
@@ -91,10 +132,13 @@ def host_plan(name: str, layers: list[Layer]) -> HostPlan:
 
 def build(coordinators: list[HostPlan], workers: list[HostPlan], inventory_file: str = "inventory.py") -> Cluster:
     """The Cluster, after every check in cluster_checks.CHECKS (each raises SettingsError)."""
-    from .cluster_checks import CHECKS, check_inventory_shape
+    from .cluster_checks import CHECKS, MODEL_CHECKS, check_inventory_shape
 
     check_inventory_shape([h.name for h in coordinators], [h.name for h in workers], inventory_file)
     cluster = Cluster(coordinator=coordinators[0], workers=tuple(workers))
     for check in CHECKS:
         check(cluster, inventory_file)
+    for name in cluster.served_models():  # each model of llama_models with its own settings
+        for check in MODEL_CHECKS:
+            check(cluster.for_model(name), inventory_file)
     return cluster

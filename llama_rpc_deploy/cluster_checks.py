@@ -243,7 +243,26 @@ def api_key_file_is_usable(cluster: Cluster, inventory_file: str) -> None:
         api_key(cluster)
 
 
+def served_models_apart(cluster: Cluster, inventory_file: str) -> None:
+    """Models on demand: the name llama_model_path is served under is no other file's."""
+    models, name = cluster.settings["llama_models"], cluster.default_model
+    if name in models and models[name]["llama_model_path"] != cluster.settings["llama_model_path"]:
+        raise SettingsError(f"{cluster.coordinator.origins['llama_models']}: llama_models: {name} = "
+                            f"{models[name]['llama_model_path']!r}, but llama_model_path "
+                            f"{cluster.settings['llama_model_path']!r} is served as {name!r} too: expected "
+                            "another name, or an entry with llama_model_path's path")
+    paths = [e["llama_model_path"] for e in models.values()]
+    twice = sorted({p for p in paths if paths.count(p) > 1})
+    if twice:
+        raise SettingsError(f"{cluster.coordinator.origins['llama_models']}: llama_models: {', '.join(twice)} "
+                            "under two names: expected each file once")
+
+
+# the checks of the settings a model of llama_models may set for itself, run once per model
+MODEL_CHECKS = (context_per_slot, model_path_is_set, same_quantized_kv_types, quantized_v_has_flash_attention,
+                one_share_per_device)
+
 CHECKS = (hosts_are_addresses, rpc_servers_bind_ipv4, workers_apart_from_the_coordinator, ports_apart_from_ssh, context_per_slot,
           distinct_rpc_endpoints, model_path_is_set, no_example_addresses, same_quantized_kv_types,
           quantized_v_has_flash_attention, rpc_port_apart_from_llama_port, one_share_per_device,
-          cuda_can_build_every_gpu, firewall_admits_addresses, api_key_file_is_usable)
+          cuda_can_build_every_gpu, firewall_admits_addresses, api_key_file_is_usable, served_models_apart)

@@ -33,9 +33,10 @@ class Deployment:
     image: str  # name:tag, the same on every host
     transfer_key: Path | None  # private key the coordinator uses to send the image to the workers
 
-    def with_split(self, split: list) -> Deployment:
-        """The same deployment with llama_tensor_split = the planner's split (for llama_tensor_split = 'auto')."""
-        return replace(self, cluster=self.cluster.with_split(split))
+    def with_split(self, split: list, model: str | None = None) -> Deployment:
+        """The same deployment with llama_tensor_split = the planner's split (for llama_tensor_split = 'auto'),
+        for one model of llama_models when model names it."""
+        return replace(self, cluster=self.cluster.with_split(split, model))
 
 
 TRANSFER_KEY_COMMENT = "llama-rpc-deploy-image-transfer"

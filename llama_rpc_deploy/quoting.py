@@ -4,6 +4,8 @@
 - `unit` / `unit_line`: a word of a systemd unit's Exec line. systemd is not a shell: it splits on
   spaces, takes "double quotes" with C-style escapes, and expands %specifiers and $VARIABLES, so
   `%` becomes `%%` and `$` becomes `$$`.
+- `ini`: a value of llama-server's models preset (--models-preset). Its INI has no quoting: a value
+  runs to the end of the line or to a `;` or `#`, without the spaces around it, so those are refused.
 - `volume`: a `docker --volume SOURCE:TARGET[:ro]` argument. Its syntax has no escape for `:` (nor
   `,` in `--mount`), so such a path is refused, never mangled.
 
@@ -34,6 +36,14 @@ def unit(word) -> str:
 
 def unit_line(*words) -> str:
     return " ".join(unit(w) for w in words)
+
+
+def ini(value) -> str:
+    text = str(value)
+    if any(c in text for c in ";#\r\n") or text != text.strip():
+        raise ValueError(f"{text!r}: llama-server's preset INI cannot carry ';', '#', a line break, "
+                         "or spaces at either end")
+    return text
 
 
 def volume(source: str, target: str, read_only: bool = True) -> str:

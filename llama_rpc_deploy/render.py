@@ -38,6 +38,8 @@ FIREWALL_CHAIN = "LLAMA-RPC"
 API_KEY_PATH = "/etc/llama-rpc/api_key"  # on the coordinator: owned by SERVICE_USER, mode 0400
 API_KEY_MOUNT = "/run/secrets/llama-api-key"
 MMPROJ_MOUNT = "/mmproj"
+MODELS_PRESET = "llama-server-models.ini"  # models on demand: next to the launch script on the coordinator
+MODELS_PRESET_MOUNT = "/etc/llama-rpc/models.ini"
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -68,28 +70,81 @@ def container_options(name: str, gpus: bool, volumes: list[tuple[str, str, bool]
             line("--label", f"io.llama-rpc-deploy.role={role}")]
 
 
-def llama_server_args(cluster: Cluster, model_file: str, api_key: bool) -> list[str]:
-    """llama-server's arguments, one per line, in the order the launch script shows them."""
+def model_folders(cluster: Cluster) -> list[tuple[str, str]]:
+    """(folder on the coordinator, where llama-server's container sees it), for every model and projector
+    file: llama_model_path's folder at /models, llama_mmproj_path's at /mmproj, any other folder of a
+    model of llama_models at /models-2, /models-3, ..."""
     s = cluster.settings
-    split, sleep, threads = s["llama_tensor_split"], s["llama_sleep_idle_seconds"], s["llama_threads"]
+    folders = [(str(PurePosixPath(s["llama_model_path"]).parent), "/models")]
+    if s["llama_mmproj_path"]:
+        folders.append((str(PurePosixPath(s["llama_mmproj_path"]).parent), MMPROJ_MOUNT))
+    for name in cluster.served_models():
+        for key in ("llama_model_path", "llama_mmproj_path"):
+            path = cluster.for_model(name).settings[key]
+            if path and str(PurePosixPath(path).parent) not in [f for f, _ in folders]:
+                folders.append((str(PurePosixPath(path).parent), f"/models-{len(folders)}"))
+    return folders
+
+
+def _inside(folders: list[tuple[str, str]], path: str, prefer: str) -> str:
+    """Where llama-server's container sees the file at path (through the mount `prefer` if it can)."""
+    parent, name = str(PurePosixPath(path).parent), PurePosixPath(path).name
+    mounts = [m for f, m in folders if f == parent]
+    return f"{prefer if prefer in mounts else mounts[0]}/{name}"
+
+
+def model_options(cluster: Cluster, folders: list[tuple[str, str]]) -> tuple[list[tuple], list[tuple]]:
+    """The options that belong to one model, as (option, value) with value None for a flag: its files,
+    and how it is fitted (layers, split, context, KV). For one model they go on the command line; for
+    models on demand, into the model's section of the preset."""
+    s = cluster.settings
+    split = s["llama_tensor_split"]
+    files = [("--model", _inside(folders, s["llama_model_path"], "/models")),
+             *([("--mmproj", _inside(folders, s["llama_mmproj_path"], MMPROJ_MOUNT))] if s["llama_mmproj_path"] else [])]
+    fit = [("--n-gpu-layers", s["llama_n_gpu_layers"]),
+           *([("--tensor-split", ",".join(str(x) for x in split))] if split else []),
+           ("--ctx-size", s["llama_ctx_size"]),
+           ("--parallel", s["llama_parallel"]),
+           *([("--kv-unified", None)] if s["llama_kv_unified"] else []),
+           ("--cache-type-k", s["llama_cache_type_k"]),
+           ("--cache-type-v", s["llama_cache_type_v"]),
+           ("--flash-attn", s["llama_flash_attn"])]
+    return files, fit
+
+
+def models_preset(cluster: Cluster) -> str:
+    """llama-server's --models-preset for models on demand: one section per model of llama_models
+    (llama_model_path's first, loaded at start), each with its own files, split, context and KV."""
+    folders = model_folders(cluster)
+    out = ["; Models on demand, rendered by llama-rpc-deploy from llama_models: change the settings and deploy",
+           "; again, not this file. llama-server (router mode) loads the model a request names, one at a time."]
+    for name in cluster.served_models():
+        files, fit = model_options(cluster.for_model(name), folders)
+        out += ["", f"[{name}]"]
+        out += [f"{option.removeprefix('--')} = {quoting.ini('true' if value is None else value)}"
+                for option, value in files + fit]
+        if name == cluster.default_model:
+            out.append("load-on-startup = true")
+    return "\n".join(out) + "\n"
+
+
+def llama_server_args(cluster: Cluster, api_key: bool) -> list[str]:
+    """llama-server's arguments, one per line, in the order the launch script shows them. With
+    llama_models, the model options go to the preset instead (models_preset), one model at a time."""
+    s = cluster.settings
+    sleep, threads = s["llama_sleep_idle_seconds"], s["llama_threads"]
+    files, fit = model_options(cluster, model_folders(cluster))
+    if cluster.router:
+        files, fit = [("--models-preset", MODELS_PRESET_MOUNT), ("--models-max", 1)], []
     return [
-        line("--model", f"/models/{model_file}"),
-        *([line("--mmproj", f"{MMPROJ_MOUNT}/{PurePosixPath(s['llama_mmproj_path']).name}")]
-          if s["llama_mmproj_path"] else []),
+        *[line(o, v) if v is not None else line(o) for o, v in files],
         line("--host", s["llama_host"] or cluster.coordinator.address),
         line("--port", s["llama_port"]),
         *([line("--api-key-file", API_KEY_MOUNT)] if api_key else []),
         *([line("--metrics")] if s["llama_metrics"] else []),
         line("--rpc", ",".join(cluster.rpc_endpoints)),
         line("--device", ",".join(cluster.devices)),
-        line("--n-gpu-layers", s["llama_n_gpu_layers"]),
-        *([line("--tensor-split", ",".join(str(x) for x in split))] if split else []),
-        line("--ctx-size", s["llama_ctx_size"]),
-        line("--parallel", s["llama_parallel"]),
-        *([line("--kv-unified")] if s["llama_kv_unified"] else []),
-        line("--cache-type-k", s["llama_cache_type_k"]),
-        line("--cache-type-v", s["llama_cache_type_v"]),
-        line("--flash-attn", s["llama_flash_attn"]),
+        *[line(o, v) if v is not None else line(o) for o, v in fit],
         line("--log-verbosity", s["llama_log_verbosity"]),
         *([line("--sleep-idle-seconds", sleep)] if sleep else []),
         *([line("--threads", threads)] if threads else []),
@@ -156,20 +211,21 @@ def coordinator_files(cluster: Cluster, image: str) -> dict[str, str]:
     """Path on the coordinator -> content."""
     c = cluster.coordinator
     s = c.settings
-    if s["llama_tensor_split"] == "auto":
+    if any(cluster.for_model(n).settings["llama_tensor_split"] == "auto" for n in cluster.served_models() or [cluster.default_model]):
         raise ValueError("llama_tensor_split = 'auto' must be resolved by the planner (Deployment.with_split) first")
-    model = PurePosixPath(s["llama_model_path"])
-    volumes = [(str(model.parent), "/models", True)]
-    if s["llama_mmproj_path"]:
-        volumes.append((str(PurePosixPath(s["llama_mmproj_path"]).parent), MMPROJ_MOUNT, True))
+    volumes = [(folder, mount, True) for folder, mount in model_folders(cluster)]
+    preset = {f"{s['deploy_dir']}/{MODELS_PRESET}": models_preset(cluster)} if cluster.router else {}
+    if preset:
+        volumes.append((f"{s['deploy_dir']}/{MODELS_PRESET}", MODELS_PRESET_MOUNT, True))
     if s["llama_api_key_file"]:
         volumes.append((API_KEY_PATH, API_KEY_MOUNT, True))
     return {
+        **preset,
         f"{s['deploy_dir']}/llama-server.sh": _render(
             "llama-server.sh.j2", host_name=c.name, devices=", ".join(cluster.devices),
             device_count=len(cluster.devices), image=quoting.shell(image),
             docker_options=container_options("llama-server", bool(c.gpus), volumes, "server"),
-            llama_server_args=llama_server_args(cluster, model.name, bool(s["llama_api_key_file"]))),
+            llama_server_args=llama_server_args(cluster, bool(s["llama_api_key_file"]))),
         **_program(s["deploy_dir"], "wait-for-workers.sh",
                    programs.wait_for_workers_env(endpoints=cluster.rpc_endpoints, timeout=s["rpc_wait_timeout"],
                                                  image=image)),

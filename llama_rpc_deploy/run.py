@@ -32,9 +32,10 @@ class Run:
             state.llama_rpc_run = run
         return run
 
-    def use_split(self, split: list) -> None:
-        """llama_tensor_split = 'auto' resolved by the planner, for every later phase."""
-        self.deployment = self.deployment.with_split(split)
+    def use_split(self, split: list, model: str | None = None) -> None:
+        """llama_tensor_split = 'auto' resolved by the planner, for every later phase (for one model of
+        llama_models when model names it)."""
+        self.deployment = self.deployment.with_split(split, model)
 
     def keep_replaced(self, host: str, path: str, operation) -> None:
         self.replaced.setdefault(host, []).append((path, operation))

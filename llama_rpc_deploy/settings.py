@@ -31,6 +31,7 @@ class SettingsError(ValueError):
 class Check:
     expected: str  # what a good value looks like, in words
     ok: Callable[[Any], bool]
+    why: Callable[[Any], str] | None = None  # for a nested value: which part is wrong, and what it should be
 
 
 def _int(lo: int | None = None, hi: int | None = None) -> Check:
@@ -114,6 +115,33 @@ HOST_DIR = _path(r"[A-Za-z0-9._/-]", "an absolute path of letters, digits, '.', 
 MODEL_FILE = _path(r"[\w .+@=~'()\[\]&/-]", "an absolute path of letters, digits, spaces and . _ - + @ = ~ ' ( ) [ ] & "
                                             "(no ':' or ',': docker --volume and --mount cannot carry them)")
 CONTROL_PATH = _str(r"\S(.*\S)?", "a path on this machine")
+# models on demand: the settings each model in llama_models may set for itself (the rest are shared)
+PER_MODEL = ("llama_model_path", "llama_mmproj_path", "llama_ctx_size", "llama_parallel", "llama_kv_unified",
+             "llama_tensor_split", "llama_cache_type_k", "llama_cache_type_v", "llama_flash_attn", "llama_n_gpu_layers")
+MODEL_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"  # the request's "model" field; an INI section name
+
+
+def _models_problem(value) -> str:
+    """What is wrong with a llama_models value ('' when nothing is)."""
+    if not isinstance(value, dict):
+        return f"llama_models = {value!r}: expected a mapping of model names to their settings"
+    for name, entry in value.items():
+        if not (isinstance(name, str) and re.fullmatch(MODEL_NAME, name)):
+            return (f"llama_models: model name {name!r}: expected letters, digits, '.', '_' and '-' "
+                    "(at most 64, a letter or digit first): clients send it as the request's model field")
+        if not isinstance(entry, dict) or "llama_model_path" not in entry:
+            return f"llama_models: {name} = {entry!r}: expected a mapping with at least llama_model_path"
+        for key, v in entry.items():
+            if key not in PER_MODEL:
+                return (f"llama_models: {name}.{key}: expected one of the settings a model may set for itself: "
+                        + ", ".join(PER_MODEL))
+            check = BY_NAME[key].check
+            if not check.ok(v):
+                return f"llama_models: {name}.{key} = {v!r}: expected {check.expected}"
+    return ""
+
+
+MODELS = Check("a mapping of model names to settings", lambda v: not _models_problem(v), _models_problem)
 IMAGE_REF = _str(r"[a-z0-9][a-z0-9._/:@-]*", "a Docker image reference")
 
 
@@ -178,6 +206,13 @@ SETTINGS: tuple[Setting, ...] = (
       "A vision projector (mmproj-*.gguf, next to the model in LM Studio's folder) on the coordinator: "
       "llama-server gets --mmproj and answers image requests; its folder is mounted read-only. "
       "llama.cpp puts it on the first device (RPC0) and the planner counts it there.", "server"),
+    S("llama_models", {}, MODELS,
+      "Models on demand: more GGUF files on the coordinator, by name, each with its own settings, e.g. "
+      "{'qwen3-8b': {'llama_model_path': '/models/qwen3-8b.gguf', 'llama_ctx_size': 32768}} (a model may set "
+      + ", ".join(PER_MODEL[1:]) + "; the rest are shared). llama-server then runs as a router: a request's "
+      "model field picks the model, one is loaded at a time across the workers, and llama_model_path's model "
+      "(named after its file, or after the entry with its path) is loaded at start. Each is planned before "
+      "the deploy. Empty: llama_model_path only.", "server"),
     S("llama_ctx_size", 65536, _int(256, MAX_CTX),
       "Context size in tokens. Each of the llama_parallel slots gets ctx/parallel of it (`plan` shows "
       "the figure), unless llama_kv_unified.", "server"),
@@ -296,6 +331,8 @@ def resolve(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, str]]:
     for setting in SETTINGS:
         value = values[setting.name]
         if not setting.check.ok(value):
+            if setting.check.why:
+                raise SettingsError(f"{origins[setting.name]}: {setting.check.why(value)}")
             raise SettingsError(
                 f"{origins[setting.name]}: {setting.name} = {value!r}: expected {setting.check.expected}")
     return values, origins

@@ -164,6 +164,10 @@ SENTENCE = (" each layer computes on whichever machine holds its weights and the
 # model continues any unknown text with SENTENCE too, see write_sentence_model).
 CHAT_TEMPLATE = "{%- for message in messages -%}{{- message['content'] -}}{%- endfor -%}"
 
+# The lab's second model (models on demand): the same construction, another text (no word twice).
+PROMPT_2 = "Another model, same cluster:"
+SENTENCE_2 = " the router loads me on demand while workers keep cached tensors."
+
 SENTENCE_LOGIT = 20.0    # the successor's logit on a clean one-hot state (before the layers' noise)
 EMBED_SCALE = 20.0       # length of a word's embedding: the residual stream the layers add to
 LAYER_STD = 0.02         # attention and FFN weights ~ N(0, LAYER_STD), as in write_model
@@ -176,13 +180,14 @@ def pieces(text: str, first: bool = True) -> list[str]:
     return [p.replace(" ", SPACE) for p in re.findall(r" ?[A-Za-z]+|[^\sA-Za-z]", text)]
 
 
-def cycle() -> list[str]:
+def cycle(prompt: str = PROMPT, sentence: str = SENTENCE) -> list[str]:
     """PROMPT then SENTENCE, as pieces: each one's successor is the next, and the last's is the first,
-    so the model recites "Two computers, one model: each layer ... whole. Two computers, ..." forever."""
-    return pieces(PROMPT) + pieces(SENTENCE, first=False)
+    so the model recites "Two computers, one model: each layer ... whole. Two computers, ..." forever.
+    (Another prompt and sentence give another model: the lab's second model for models on demand.)"""
+    return pieces(prompt) + pieces(sentence, first=False)
 
 
-def sentence_vocabulary() -> tuple[list[bytes], list[float], list[int]]:
+def sentence_vocabulary(prompt: str = PROMPT, sentence: str = SENTENCE) -> tuple[list[bytes], list[float], list[int]]:
     """<unk> <s> </s>, the 256 byte tokens, then every word of cycle() with all its prefixes.
 
     llama.cpp's SentencePiece tokenizer starts from single characters and merges a neighbouring
@@ -190,7 +195,7 @@ def sentence_vocabulary() -> tuple[list[bytes], list[float], list[int]]:
     starts inside a word or spans a word boundary, so every word comes out whole (and any other
     text falls back to these prefixes and byte tokens)."""
     tokens, scores, types = _specials_and_bytes()
-    words = cycle()
+    words = cycle(prompt, sentence)
     assert len(set(words)) == len(words), "a word twice in the cycle would need two successors"
     seen: set[str] = set()
     for word in words:
@@ -248,13 +253,13 @@ def tokenize(text: str, vocab: tuple[list[bytes], list[float], list[int]] | None
     return out
 
 
-def sentence_tokens() -> list[int]:
+def sentence_tokens(prompt: str = PROMPT, sentence: str = SENTENCE) -> list[int]:
     """The token ids greedy decoding must produce after PROMPT: SENTENCE, one id per piece."""
-    ids = {t.decode(): i for i, t in enumerate(sentence_vocabulary()[0])}
-    return [ids[p] for p in pieces(SENTENCE, first=False)]
+    ids = {t.decode(): i for i, t in enumerate(sentence_vocabulary(prompt, sentence)[0])}
+    return [ids[p] for p in pieces(sentence, first=False)]
 
 
-def sentence_weights(shape: Shape = Shape()) -> dict[str, np.ndarray]:
+def sentence_weights(shape: Shape = Shape(), prompt: str = PROMPT, sentence: str = SENTENCE) -> dict[str, np.ndarray]:
     """Every tensor of the sentence model, by GGUF name (numpy shape: ggml's ne reversed).
 
     Word i of cycle() is embedded as EMBED_SCALE times basis vector i (plus a little noise); every
@@ -264,8 +269,8 @@ def sentence_weights(shape: Shape = Shape()) -> dict[str, np.ndarray]:
     on top of a dense N(0, OUTPUT_STD) matrix. The layers are random and small next to the embedding,
     so they move every logit a little (see layer_effects) and the successor still wins by far."""
     rng = np.random.default_rng(shape.seed)
-    tokens, _, _ = sentence_vocabulary()
-    words = cycle()
+    tokens, _, _ = sentence_vocabulary(prompt, sentence)
+    words = cycle(prompt, sentence)
     ids = {t.decode(): i for i, t in enumerate(tokens)}
     other = len(words)
     if shape.n_embd <= other:
@@ -283,16 +288,18 @@ def sentence_weights(shape: Shape = Shape()) -> dict[str, np.ndarray]:
     weight = SENTENCE_LOGIT / np.sqrt(shape.n_embd)
     for i, word in enumerate(words):
         output[ids[words[(i + 1) % len(words)]], i] += weight
-    output[ids[pieces(SENTENCE, first=False)[0]], other] += weight
+    output[ids[pieces(sentence, first=False)[0]], other] += weight
     tensors["output.weight"] = output.astype(np.float16)
     return tensors
 
 
-def write_sentence_model(path: Path, shape: Shape = Shape(), split_max_tensors: int = 0) -> Path:
+def write_sentence_model(path: Path, shape: Shape = Shape(), split_max_tensors: int = 0,
+                         prompt: str = PROMPT, sentence: str = SENTENCE) -> Path:
     """The sentence model (default shape: the lab's, 8 layers of 512, about 50 MB); split into shards
     of at most split_max_tensors tensors when that is set (the first shard's path is returned)."""
     return _write_gguf(path, shape, "llama-rpc-deploy sentence model (greedy output is known)",
-                       sentence_vocabulary(), sentence_weights(shape), chat_template=CHAT_TEMPLATE,
+                       sentence_vocabulary(prompt, sentence), sentence_weights(shape, prompt, sentence),
+                       chat_template=CHAT_TEMPLATE,
                        split_max_tensors=split_max_tensors)
 
 

@@ -41,7 +41,7 @@ def host_is_ready(run: Run) -> None:
         raise DeployError(f"{host.name}: port {s[key]} is taken by {listener or 'another process'}: "
                           f"expected it free for {ours} (change {key})")
     if role == "coordinator":
-        model_is_readable(me)
+        model_is_readable(me, cluster)
         for worker in cluster.workers:
             if not host.get_fact(facts.TcpReachable, address=worker.address, port=ssh_port(worker)):
                 raise DeployError(f"{host.name} cannot reach {worker.name}'s sshd at {worker.address}:{ssh_port(worker)}: "
@@ -54,10 +54,13 @@ def host_is_ready(run: Run) -> None:
         raise DeployError(f"{host.name}: no /etc/ssh/ssh_host_ed25519_key.pub: the coordinator needs it to send the image")
 
 
-def model_is_readable(me) -> None:
-    for key in ("llama_model_path", "llama_mmproj_path"):
-        if me.settings[key]:
-            file_is_readable(me, key)
+def model_is_readable(me, cluster) -> None:
+    """Every model and projector file, llama_models' too, is there and readable by the service user."""
+    for name in cluster.served_models() or [cluster.default_model]:
+        view = cluster.for_model(name).coordinator
+        for key in ("llama_model_path", "llama_mmproj_path"):
+            if view.settings[key]:
+                file_is_readable(view, key)
 
 
 def file_is_readable(me, key: str) -> None:
@@ -73,9 +76,15 @@ def file_is_readable(me, key: str) -> None:
 
 
 def model_fits(run: Run) -> None:
-    """The planner, on the model file's header read from the coordinator: refuse what won't fit,
-    warn on what the seed measured slow, and resolve llama_tensor_split = 'auto'."""
+    """The planner, on each model file's header read from the coordinator (every model of llama_models,
+    with its own settings): refuse what won't fit, warn on what the seed measured slow, and resolve
+    llama_tensor_split = 'auto'."""
     cluster = run.deployment.cluster
+    for name in cluster.served_models() or [None]:
+        model_fits_one(run, cluster.for_model(name) if name else cluster, name)
+
+
+def model_fits_one(run: Run, cluster, name: str | None) -> None:
     models = {}
     for key, read in (("llama_model_path", gguf_header.read_model), ("llama_mmproj_path", gguf_header.projector_bytes)):
         path = cluster.settings[key]
@@ -92,8 +101,9 @@ def model_fits(run: Run) -> None:
     capacity = plan.plan_cluster(cluster, models["llama_model_path"], reported=reported,
                                  mmproj_bytes=models.get("llama_mmproj_path", 0))
     for line in capacity.table().splitlines():
-        logger.info(f"    [plan] {line}")
+        logger.info(f"    [plan{f' {name}' if name else ''}] {line}")
     if capacity.problems:
-        raise DeployError("; ".join(capacity.problems) + " (python3 -m llama_rpc_deploy plan shows the table)")
+        raise DeployError((f"model {name!r}: " if name else "") + "; ".join(capacity.problems)
+                          + " (llama-rpc plan shows the table)")
     if cluster.settings["llama_tensor_split"] == "auto":
-        run.use_split(capacity.split)
+        run.use_split(capacity.split, name)

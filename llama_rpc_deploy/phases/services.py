@@ -64,9 +64,16 @@ def install_worker(run: Run):
 
 
 def health_probe(cluster) -> tuple[str, str]:
-    """(the /health URL, a command on the coordinator that succeeds when it answers ok)."""
-    url = client.server_url(cluster) + "/health"
-    return url, f"docker exec llama-server curl -fsS --max-time 5 {shell(url)}"
+    """(the URL, a command on the coordinator that succeeds when it answers ok): /health; with models on
+    demand, the router's /props of llama_model_path's model, which answers only once that model is
+    loaded across the workers (/health answers as soon as the router is up)."""
+    if not cluster.router:
+        url = client.server_url(cluster) + "/health"
+        return url, f"docker exec llama-server curl -fsS --max-time 5 {shell(url)}"
+    url = f"{client.server_url(cluster)}/props?model={cluster.default_model}&autoload=false"
+    key = f' -H "Authorization: Bearer $(cat {render.API_KEY_MOUNT})"' if cluster.settings["llama_api_key_file"] else ""
+    script = f'curl -fsS -o /dev/null --max-time 5{key} "$0"'  # the URL comes in as $0
+    return url, f"docker exec llama-server sh -c {shell(script)} {shell(url)}"
 
 
 def wait_for_health(cluster) -> str:
