@@ -53,9 +53,11 @@ def cache_sizes(cluster: Cluster, inventory: Path) -> dict[str, int]:
     return sizes
 
 
-def time_to_first_token(cluster: Cluster, prompt: str = "Wake up:", timeout: float = 600) -> float:
-    """Seconds from sending a streamed completion to its first token."""
-    body = json.dumps({"prompt": prompt, "n_predict": 8, "stream": True, "cache_prompt": False}).encode()
+def time_to_first_token(cluster: Cluster, prompt: str = "Wake up:", timeout: float = 600,
+                        model: str | None = None) -> float:
+    """Seconds from sending a streamed completion to its first token (to `model`, with llama_models)."""
+    body = json.dumps({**client.model_field(cluster, model), "prompt": prompt, "n_predict": 8, "stream": True,
+                       "cache_prompt": False}).encode()
     request = urllib.request.Request(client.server_url(cluster) + "/completion", data=body,
                                      headers=client.headers(cluster))
     start = time.monotonic()

@@ -64,12 +64,17 @@ def install_worker(run: Run):
 
 
 def health_probe(cluster) -> tuple[str, str]:
-    """(the URL, a command on the coordinator that succeeds when it answers ok): /health; with models on
-    demand, the router's /props of llama_model_path's model, which answers only once that model is
-    loaded across the workers (/health answers as soon as the router is up)."""
+    """(the /health URL, a command on the coordinator that succeeds when it answers ok)."""
+    url = client.server_url(cluster) + "/health"
+    return url, f"docker exec llama-server curl -fsS --max-time 5 {shell(url)}"
+
+
+def ready_probe(cluster) -> tuple[str, str]:
+    """What the deploy waits for after a (re)start: /health; with models on demand, the router's /props
+    of llama_model_path's model, which it loads at start and which answers only once that model is loaded
+    across the workers (/health answers as soon as the router is up, whatever model is loaded)."""
     if not cluster.router:
-        url = client.server_url(cluster) + "/health"
-        return url, f"docker exec llama-server curl -fsS --max-time 5 {shell(url)}"
+        return health_probe(cluster)
     url = f"{client.server_url(cluster)}/props?model={cluster.default_model}&autoload=false"
     key = f' -H "Authorization: Bearer $(cat {render.API_KEY_MOUNT})"' if cluster.settings["llama_api_key_file"] else ""
     script = f'curl -fsS -o /dev/null --max-time 5{key} "$0"'  # the URL comes in as $0
@@ -77,7 +82,7 @@ def health_probe(cluster) -> tuple[str, str]:
 
 
 def wait_for_health(cluster) -> str:
-    _, probe = health_probe(cluster)
+    _, probe = ready_probe(cluster)
     return (f"for i in $(seq {cluster.settings['llama_health_timeout']}); do {probe} && exit 0; sleep 1; done; "
             f"journalctl -u {render.COORDINATOR_UNIT} -n 40 --no-pager; exit 1")
 
@@ -102,11 +107,12 @@ def install_coordinator(run: Run):
 
     def not_healthy_now():
         """Checked when the operation runs: after a restart, or whenever /health is not ok (a worker
-        restarted, say). A healthy server that nothing touched is left alone: no change."""
+        restarted, say). A healthy server that nothing touched is left alone: no change (with models on
+        demand, whichever model a client loaded last stays loaded)."""
         return started.did_change() or after_workers.did_change() or not host.run_shell_command(probe)[0]
 
     # a failure here is not the end: rollback.py puts the previous version back on every host
-    run.health_check = server.shell(name=f"Wait for {url} (at most {s['llama_health_timeout']} s)",
+    run.health_check = server.shell(name=f"Wait for {ready_probe(cluster)[0]} (at most {s['llama_health_timeout']} s)",
                                     commands=[wait_for_health(cluster)], _if=not_healthy_now, _ignore_errors=True)
     service("Watchdog: restart llama-server when it loses a worker", render.WATCHDOG_UNIT,
             put_all(run, render.watchdog_files(cluster)))

@@ -17,7 +17,7 @@ from llama_rpc_deploy.gguf_header import read_model
 from llama_rpc_deploy.plan import MIB, plan_cluster
 from llama_rpc_deploy.testmodel import PROMPT, PROMPT_2, SENTENCE, SENTENCE_2, write_sentence_model
 
-from . import INVENTORY, deployed_and_serving, needs_docker, on, operations, pyinfra
+from . import INVENTORY, changed, deployed_and_serving, needs_docker, on, operations, pyinfra
 from .test_lab_model_files import api
 
 pytestmark = needs_docker
@@ -94,3 +94,14 @@ def test_each_model_is_placed_as_planned_with_its_own_settings(router, model):
         shared = plan_cluster(cluster, read_model(local))
         assert [round(p.weights / MIB) for p in shared.placements] != [round(p.weights / MIB) for p in plan.placements]
 
+
+
+def test_a_redeploy_leaves_the_model_a_client_loaded(router):
+    """Nothing changed: no restart, no wait, and the model the last request loaded stays loaded (the
+    deploy's readiness check asks for llama_model_path's model only after a restart)."""
+    cluster, _, _ = router
+    ask(cluster, "second")
+    ops = operations(pyinfra("--data", f"llama_models={json.dumps({'second': SECOND})}", "--json"))
+    assert changed(ops, "llama-server running") == [] and changed(ops, "Wait for") == []
+    models = {m["id"]: m["status"]["value"] for m in client.get(cluster, "/v1/models")["data"]}
+    assert models == {"lab": "unloaded", "second": "loaded"}
