@@ -17,6 +17,18 @@ class DockerImageId(FactBase):
         return lines[0] if lines else None
 
 
+class DockerImageLayers(FactBase):
+    """Every local image as the diff IDs of its layers, bottom up: what an image transfer may leave out."""
+
+    def command(self) -> str:
+        return ("docker image ls -q --no-trunc 2>/dev/null | sort -u | xargs -r docker image inspect "
+                "--format '{{range .RootFS.Layers}}{{.}},{{end}}' 2>/dev/null || true")
+
+    def process(self, output: list[str]) -> list[tuple[str, ...]]:
+        images = {tuple(d for d in line.strip().split(",") if d) for line in output if line.strip().startswith("sha256:")}
+        return sorted(images)
+
+
 class SshHostKey(FactBase):
     """The host's ed25519 SSH host key ("ssh-ed25519 AAAA..."), for the coordinator's known_hosts."""
 

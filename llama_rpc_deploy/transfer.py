@@ -2,6 +2,10 @@
 
     docker save ID | zstd -T0 -3 | ssh (the deploy's transfer key) root@worker "receive ID TAG"
 
+When the worker has images already (the previous version, a base image), files/skip-layers.py sits
+after docker save and leaves out the layers the worker has, as a registry push and pull would: an
+upgrade sends only the layers that changed.
+
 The worker's forced command (files/receive-image.sh) loads the stream and tags it only when the
 whole image arrived with that ID. deploy.py runs this; benchmarks/suite.py times it.
 """
@@ -13,9 +17,20 @@ TRANSFER_KEY = "/etc/llama-rpc/transfer_key"  # on the coordinator
 KNOWN_HOSTS = "/etc/llama-rpc/known_hosts"
 
 
-def send_command(image: str, address: str, port: int = 22) -> str:
+SKIP_LAYERS = "skip-layers.py"  # in deploy_dir on the coordinator
+
+
+def send_command(image: str, address: str, port: int = 22, have: list[tuple[str, ...]] = (),
+                 skip_layers: str | None = None) -> str:
+    """have: the worker's images, each as its layers' diff IDs (facts.DockerImageLayers); with
+    skip_layers (the filter's path on the coordinator), the layers the worker has stay behind."""
+    save = 'docker save "$id"'
+    if have and skip_layers:  # the filter only when it leaves something out: else exactly the plain stream
+        f, haves = shell(skip_layers), " ".join(shell(",".join(layers)) for layers in have)
+        save = (f'skip=$(python3 {f} which "$id" {haves}) && '
+                f'{{ if [ -n "$skip" ]; then docker save "$id" | python3 {f} drop $skip; else docker save "$id"; fi; }}')
     return ("set -o pipefail; "
             f"id=$(docker image inspect --format '{{{{.Id}}}}' {shell(image)}) && "
-            f"docker save \"$id\" | zstd -T0 -3 -c | "
+            f"{save} | zstd -T0 -3 -c | "
             f"ssh -i {TRANSFER_KEY} -o BatchMode=yes -o IdentitiesOnly=yes -o StrictHostKeyChecking=yes "
             f"-o UserKnownHostsFile={KNOWN_HOSTS} -p {int(port)} {shell(f'root@{address}')} \"receive $id {shell(image)}\"")

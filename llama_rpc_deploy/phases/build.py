@@ -116,11 +116,18 @@ def distribute_image(run: Run):
         known.append(f"{worker.address if port == 22 else f'[{worker.address}]:{port}'} {key}")
     put(run, transfer.KNOWN_HOSTS, "\n".join(known) + "\n", mode="600")
 
+    # the layer filter needs python3 on the coordinator; without it every layer is sent
+    skip_layers = f"{dep.cluster.settings['deploy_dir']}/{transfer.SKIP_LAYERS}"
+    if host.get_fact(facts.MissingCommands, names=("python3",)):
+        skip_layers = None
+    else:
+        files.put(name="Image layer filter", src=str(image.FILES / transfer.SKIP_LAYERS), dest=skip_layers, mode="755")
     mine = host.get_fact(facts.DockerImageId, image=dep.image)
     for worker in dep.cluster.workers:
         theirs = inventory.get_host(worker.name).get_fact(facts.DockerImageId, image=dep.image)
         if mine is not None and theirs == mine:
             continue  # same image ID already there: send nothing
-        server.shell(name=f"Send {dep.image} to {worker.name}",
-                     commands=[transfer.send_command(dep.image, worker.address, ssh_port(worker))],
+        have = inventory.get_host(worker.name).get_fact(facts.DockerImageLayers)
+        server.shell(name=f"Send {dep.image} to {worker.name} (the layers it lacks)",
+                     commands=[transfer.send_command(dep.image, worker.address, ssh_port(worker), have, skip_layers)],
                      _shell_executable="bash")
