@@ -193,6 +193,10 @@ def ensure_network() -> None:
 
 def ensure_host(index: int, name: str) -> str:
     container = f"{PREFIX}-{name}"
+    if exists("container", container) and docker("inspect", "--format", "{{.Image}}", container) != docker(
+            "image", "inspect", "--format", "{{.Id}}", HOST_IMAGE):
+        log(f"{container}: lab/host.Dockerfile changed: a new container (its dockerd's volume, images included, stays)")
+        docker("rm", "--force", container)
     if exists("container", container):
         if docker("inspect", "--format", "{{.State.Running}}", container) != "true":
             docker("start", container)

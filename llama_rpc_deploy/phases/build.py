@@ -119,6 +119,7 @@ def distribute_image(run: Run):
     # the layer filter needs python3 on the coordinator; without it every layer is sent
     skip_layers = f"{dep.cluster.settings['deploy_dir']}/{transfer.SKIP_LAYERS}"
     if host.get_fact(facts.MissingCommands, names=("python3",)):
+        logger.warning(f"{host.name}: no python3: every image layer goes to the workers, not only those they lack")
         skip_layers = None
     else:
         files.put(name="Image layer filter", src=str(image.FILES / transfer.SKIP_LAYERS), dest=skip_layers, mode="755")
