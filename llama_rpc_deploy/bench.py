@@ -60,12 +60,14 @@ def time_to_first_token(cluster: Cluster, prompt: str = "Wake up:", timeout: flo
                        "cache_prompt": False}).encode()
     request = urllib.request.Request(client.server_url(cluster) + "/completion", data=body,
                                      headers=client.headers(cluster))
-    start = time.monotonic()
+    start, first = time.monotonic(), None
     with urllib.request.urlopen(request, timeout=timeout) as response:
-        for line in response:
-            if line.startswith(b"data: "):
-                return time.monotonic() - start
-    raise RuntimeError("the stream ended without a token")
+        for line in response:  # read to the end: the request is over when this returns
+            if first is None and line.startswith(b"data: "):
+                first = time.monotonic() - start
+    if first is None:
+        raise RuntimeError("the stream ended without a token")
+    return first
 
 
 def sleeping(cluster: Cluster) -> bool:
