@@ -102,3 +102,30 @@ def test_the_preset_cannot_carry_what_its_ini_cannot_quote():
         with pytest.raises(ValueError):
             quoting.ini(bad)
     assert quoting.ini("/models/file (1) [q4] & more.gguf") == "/models/file (1) [q4] & more.gguf"
+
+
+def test_plan_plans_every_model_with_its_own_settings(tmp_path, capsys):
+    """`plan` with llama_models: one table per model, each model's context and split; a model that does
+    not fit fails the command."""
+    import json
+
+    from llama_rpc_deploy.__main__ import main
+    from llama_rpc_deploy.testmodel import PROMPT_2, SENTENCE_2, write_sentence_model
+
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text('coordinator = [("10.0.0.10", {"gpus": ["RTX 4080"]})]\n'
+                         'workers = [("10.0.0.20", {"gpus": ["RTX 5060 Ti"]})]\n')
+    first = write_sentence_model(tmp_path / "one.gguf")
+    second = write_sentence_model(tmp_path / "two" / "two.gguf", prompt=PROMPT_2, sentence=SENTENCE_2)
+    models = {"two": {"llama_model_path": str(second), "llama_ctx_size": 1024, "llama_parallel": 1,
+                      "llama_tensor_split": [1, 3]}}
+    data = ["--data", f"llama_model_path={first}", "--data", f"llama_models={json.dumps(models)}",
+            "--data", "llama_ctx_size=2048", "--data", "llama_parallel=2", "--data", "llama_tensor_split=[1,1]"]
+    assert main(["plan", "-i", str(inventory), *data]) == 0
+    out = capsys.readouterr().out
+    assert "model 'one' (loaded at start):" in out and "model 'two':" in out
+    one, two = out.split("model 'two':")
+    assert "context: 2048 tokens, 2 slots" in one and "tensor split: 1,1 " in one
+    assert "context: 1024 tokens, 1 slots" in two and "tensor split: 1,3 " in two
+    huge = {"two": {**models["two"], "llama_ctx_size": 16777216}}
+    assert main(["plan", "-i", str(inventory), *data[:2], "--data", f"llama_models={json.dumps(huge)}", *data[4:]]) == 2
