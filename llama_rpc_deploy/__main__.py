@@ -92,6 +92,13 @@ def main(argv: list[str] | None = None) -> int:
             print(bench.table(result))
         elif args.command == "plan":
             cluster = offline_cluster(args.inventory, overrides=data_overrides(args.data))
+            if cluster.settings["llama_models_folder"]:  # the folder's models, as this machine's copy has them
+                folder = Path(cluster.settings["llama_model_path"]).parent
+                if not folder.is_dir():
+                    print(f"error: llama_models_folder: {folder}: not on this machine: plan needs a copy of the "
+                          "folder (only the files' headers are read)", file=sys.stderr)
+                    return 2
+                cluster = cluster.with_folder([str(p) for p in folder.glob("*.gguf")])
             names = cluster.served_models() or [cluster.default_model]
             failed = False
             for name in names:  # with llama_models, every model is planned with its own settings

@@ -77,18 +77,34 @@ class Cluster:
 
     @property
     def router(self) -> bool:
-        """llama-server runs as a router that loads the model each request names (llama_models is set)."""
-        return bool(self.settings["llama_models"])
+        """llama-server runs as a router that loads the model each request names (llama_models is set,
+        or llama_models_folder)."""
+        return bool(self.settings["llama_models"]) or self.settings["llama_models_folder"]
 
     @property
     def default_model(self) -> str:
         """The name llama_model_path's model is served under: its llama_models entry's, or its file's."""
         path = self.settings["llama_model_path"]
         named = [n for n, e in self.settings["llama_models"].items() if e["llama_model_path"] == path]
-        if named:
-            return named[0]
-        stem = PurePosixPath(path).name.removesuffix(".gguf")
-        return re.sub(r"[^A-Za-z0-9._-]", "-", stem).lstrip("._-")[:64] or "model"
+        return named[0] if named else model_name(path)
+
+    def with_folder(self, files: list[str]) -> Cluster:
+        """llama_models_folder: the GGUF files of llama_model_path's folder (as listed on the coordinator,
+        or here for `plan`) added to llama_models, each under its file's name; a file that llama_model_path
+        or an entry already serves keeps that, and what is no model of its own is left out (folder_models)."""
+        models = dict(self.settings["llama_models"])
+        served = {e["llama_model_path"] for e in models.values()} | {self.settings["llama_model_path"]}
+        for path in folder_models(files):
+            if path in served:
+                continue
+            name = model_name(path)
+            if name in models or name == self.default_model:
+                raise SettingsError(f"{self.coordinator.origins['llama_models_folder']}: llama_models_folder: {path!r} "
+                                    f"would be served as {name!r}, which another file is: expected file names that "
+                                    "differ in more than punctuation, or a llama_models entry that names one")
+            models[name] = {"llama_model_path": path}
+        c = self.coordinator
+        return replace(self, coordinator=replace(c, settings={**c.settings, "llama_models": models}))
 
     def served_models(self) -> list[str]:
         """Every model's name, llama_model_path's first; [] when llama_models is empty (one model, no router)."""
@@ -116,6 +132,27 @@ class Cluster:
             entry = {**models[model], "llama_tensor_split": list(split)}
             return replace(self, coordinator=replace(c, settings={**c.settings, "llama_models": {**models, model: entry}}))
         return replace(self, coordinator=replace(c, settings={**c.settings, "llama_tensor_split": list(split)}))
+
+
+def model_name(path: str) -> str:
+    """The name a GGUF file is served under when nothing names it: the file's, less .gguf, as a model
+    name may be (settings.MODEL_NAME)."""
+    stem = PurePosixPath(path).name.removesuffix(".gguf")
+    return re.sub(r"[^A-Za-z0-9._-]", "-", stem).lstrip("._-")[:64] or "model"
+
+
+DRAFT_PREFIXES = ("mtp-", "dspark-", "dflash-")  # llama.cpp's companions of a model (common/preset.cpp)
+
+
+def folder_models(files: list[str]) -> list[str]:
+    """Of a folder's files, the GGUF models of their own, sorted: not a projector (mmproj), not a draft
+    model, not the second or later shard of a split model (llama.cpp's own --models-dir rules)."""
+    def own(path: str) -> bool:
+        name = PurePosixPath(path).name
+        shard = re.search(r"-(\d{5})-of-\d{5}\.gguf$", name)
+        return (name.endswith(".gguf") and "mmproj" not in name and not name.startswith(DRAFT_PREFIXES)
+                and (not shard or shard.group(1) == "00001"))
+    return sorted(p for p in files if own(p))
 
 
 def host_plan(name: str, layers: list[Layer]) -> HostPlan:

@@ -29,6 +29,16 @@ class DockerImageLayers(FactBase):
         return sorted(images)
 
 
+class GgufFiles(FactBase):
+    """The .gguf files (or links to them) directly in a folder, by path."""
+
+    def command(self, folder: str) -> str:
+        return f"find {shell(folder)} -maxdepth 1 \\( -type f -o -type l \\) -name '*.gguf' 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> list[str]:
+        return sorted(line.strip() for line in output if line.strip())
+
+
 class SshHostKey(FactBase):
     """The host's ed25519 SSH host key ("ssh-ed25519 AAAA..."), for the coordinator's known_hosts."""
 

@@ -8,7 +8,7 @@ per pyinfra State (`Run.of`), with named fields; nothing is kept in module globa
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .deployment import Deployment, from_pyinfra, inventory_file
 
@@ -36,6 +36,10 @@ class Run:
         """llama_tensor_split = 'auto' resolved by the planner, for every later phase (for one model of
         llama_models when model names it)."""
         self.deployment = self.deployment.with_split(split, model)
+
+    def use_folder(self, files: list[str]) -> None:
+        """llama_models_folder: the models found in llama_model_path's folder, for every later phase."""
+        self.deployment = replace(self.deployment, cluster=self.deployment.cluster.with_folder(files))
 
     def keep_replaced(self, host: str, path: str, operation) -> None:
         self.replaced.setdefault(host, []).append((path, operation))

@@ -213,6 +213,11 @@ SETTINGS: tuple[Setting, ...] = (
       "model field picks the model, one is loaded at a time across the workers, and llama_model_path's model "
       "(named after its file, or after the entry with its path) is loaded at start. Each is planned before "
       "the deploy. Empty: llama_model_path only.", "server"),
+    S("llama_models_folder", False, BOOL,
+      "True: every GGUF model in llama_model_path's folder is served on demand too, each named after its file "
+      "and planned with the shared settings (a llama_models entry with its path sets its own). Projectors "
+      "(mmproj*), draft models (mtp-*, ...) and the later shards of a split model are not models of their own.",
+      "server"),
     S("llama_ctx_size", 65536, _int(256, MAX_CTX),
       "Context size in tokens. Each of the llama_parallel slots gets ctx/parallel of it (`plan` shows "
       "the figure), unless llama_kv_unified.", "server"),

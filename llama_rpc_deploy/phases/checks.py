@@ -10,6 +10,7 @@ from pyinfra.facts.files import Directory, File
 from .. import facts, gguf_header, plan
 from ..cluster import SERVICE_USER
 from ..cluster_checks import wide_clients
+from ..settings import SettingsError
 from ..run import Run
 
 
@@ -41,6 +42,13 @@ def host_is_ready(run: Run) -> None:
         raise DeployError(f"{host.name}: port {s[key]} is taken by {listener or 'another process'}: "
                           f"expected it free for {ours} (change {key})")
     if role == "coordinator":
+        if s["llama_models_folder"]:  # the folder's models join llama_models before anything reads them
+            folder = str(PurePosixPath(s["llama_model_path"]).parent)
+            try:
+                run.use_folder(host.get_fact(facts.GgufFiles, folder=folder))
+            except SettingsError as error:
+                raise DeployError(str(error)) from None
+            cluster = run.deployment.cluster
         model_is_readable(me, cluster)
         for worker in cluster.workers:
             if not host.get_fact(facts.TcpReachable, address=worker.address, port=ssh_port(worker)):

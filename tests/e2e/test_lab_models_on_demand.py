@@ -24,7 +24,7 @@ pytestmark = needs_docker
 FOLDER = "/models/on-demand"  # on the coordinator: a folder of its own, so it is mounted apart (/models-1)
 SECOND = {"llama_model_path": f"{FOLDER}/second.gguf", "llama_ctx_size": 1024, "llama_parallel": 1,
           "llama_tensor_split": [1, 3]}
-TEXTS = {"lab": (PROMPT, SENTENCE), "second": (PROMPT_2, SENTENCE_2)}
+TEXTS = {"lab": (PROMPT, SENTENCE), "second": (PROMPT_2, SENTENCE_2), "first": (PROMPT, SENTENCE)}  # first: a copy of lab
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +105,17 @@ def test_a_redeploy_leaves_the_model_a_client_loaded(router):
     assert changed(ops, "llama-server running") == [] and changed(ops, "Wait for") == []
     models = {m["id"]: m["status"]["value"] for m in client.get(cluster, "/v1/models")["data"]}
     assert models == {"lab": "unloaded", "second": "loaded"}
+
+
+def test_the_whole_folder_is_served_with_llama_models_folder(router):
+    """llama_models_folder: every model in llama_model_path's folder, named after its file; the
+    coordinator's own listing decides (a copy of the lab's model goes in next to the second one)."""
+    cluster, _, _ = router
+    on(0, f"cp {lab.MODEL} {FOLDER}/first.gguf && chmod 644 {FOLDER}/first.gguf")
+    data = {"llama_model_path": SECOND["llama_model_path"], "llama_models_folder": True}
+    operations(pyinfra(*[a for k, v in data.items() for a in ("--data", f"{k}={v}")], "--json"))
+    folder = offline_cluster(INVENTORY, overrides=data)
+    models = {m["id"]: m["status"]["value"] for m in client.get(folder, "/v1/models")["data"]}
+    assert models == {"second": "loaded", "first": "unloaded"}
+    for model in ("first", "second"):
+        assert ask(folder, model).startswith(TEXTS[model][1])

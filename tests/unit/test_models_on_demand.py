@@ -129,3 +129,46 @@ def test_plan_plans_every_model_with_its_own_settings(tmp_path, capsys):
     assert "context: 1024 tokens, 1 slots" in two and "tensor split: 1,3 " in two
     huge = {"two": {**models["two"], "llama_ctx_size": 16777216}}
     assert main(["plan", "-i", str(inventory), *data[:2], "--data", f"llama_models={json.dumps(huge)}", *data[4:]]) == 2
+
+
+def test_the_folder_serves_every_model_of_its_own():
+    from llama_rpc_deploy.cluster import folder_models
+
+    folder = "/srv/models/lmstudio-community"
+    files = [f"{folder}/{n}" for n in ("gemma-4-31B-it-qat-UD-Q4_K_XL.gguf", "mmproj-gemma-4-31B-F16.gguf",
+                                       "mtp-gemma-4-31B.gguf", "Qwen3 8B (Q4_K_M).gguf", "big-00001-of-00002.gguf",
+                                       "big-00002-of-00002.gguf", "notes.txt")]
+    assert [f.rsplit("/", 1)[1] for f in folder_models(files)] == [
+        "Qwen3 8B (Q4_K_M).gguf", "big-00001-of-00002.gguf", "gemma-4-31B-it-qat-UD-Q4_K_XL.gguf"]
+    c = cluster(all_data={"llama_models_folder": True, "llama_tensor_split": [1, 1],
+                          "llama_models": {"qwen": {"llama_model_path": files[3], "llama_ctx_size": 8192}}})
+    assert c.router and c.served_models() == ["gemma-4-31B-it-qat-UD-Q4_K_XL", "qwen"]  # before the listing
+    c = c.with_folder(files)
+    assert c.served_models() == ["gemma-4-31B-it-qat-UD-Q4_K_XL", "qwen", "big-00001-of-00002"]
+    ini = preset(c)
+    assert ini["qwen"]["ctx-size"] == "8192" and ini["qwen"]["model"] == "/models/Qwen3 8B (Q4_K_M).gguf"
+    assert ini["big-00001-of-00002"]["model"] == "/models/big-00001-of-00002.gguf"
+
+
+def test_two_files_of_one_name_are_refused():
+    c = cluster(all_data={"llama_models_folder": True})
+    with pytest.raises(SettingsError, match="would be served as 'a-b', which another file is"):
+        c.with_folder(["/srv/models/lmstudio-community/a b.gguf", "/srv/models/lmstudio-community/a-b.gguf"])
+
+
+def test_plan_reads_the_folder_here(tmp_path, capsys):
+    from llama_rpc_deploy.__main__ import main
+    from llama_rpc_deploy.testmodel import PROMPT_2, SENTENCE_2, write_sentence_model
+
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text('coordinator = [("10.0.0.10", {"gpus": ["RTX 4080"]})]\n'
+                         'workers = [("10.0.0.20", {"gpus": ["RTX 5060 Ti"]})]\n')
+    first = write_sentence_model(tmp_path / "models" / "one.gguf")
+    write_sentence_model(tmp_path / "models" / "two.gguf", prompt=PROMPT_2, sentence=SENTENCE_2)
+    data = ["--data", f"llama_model_path={first}", "--data", "llama_models_folder=true", "--data", "llama_ctx_size=2048"]
+    assert main(["plan", "-i", str(inventory), *data]) == 0
+    out = capsys.readouterr().out
+    assert "model 'one' (loaded at start):" in out and "model 'two':" in out
+    missing = ["--data", "llama_model_path=/nowhere/one.gguf", *data[2:]]
+    assert main(["plan", "-i", str(inventory), *missing]) == 2
+    assert "llama_models_folder: /nowhere: not on this machine" in capsys.readouterr().err
