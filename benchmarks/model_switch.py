@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.suite import deploy, limit_links, on, sh  # noqa: E402
+from benchmarks.suite import deploy, lab_hosts, limit_links, on, sh  # noqa: E402
 from llama_rpc_deploy import client, lab, render  # noqa: E402
 from llama_rpc_deploy.bench import time_to_first_token  # noqa: E402
 from llama_rpc_deploy.deployment import offline_cluster  # noqa: E402
@@ -76,7 +76,7 @@ def main() -> None:
     models = {name: {"llama_model_path": f"{FOLDER}/{name}.gguf"} for name in MODELS}
     deploy(inventory, f"llama_models={json.dumps(models)}")
     cluster = offline_cluster(inventory, overrides={"llama_models": models})
-    hosts = ["coordinator"] + [f"worker{i}" for i in range(1, len(cluster.workers) + 1)]
+    hosts = lab_hosts(cluster)
     limit_links(hosts)
     try:
         for name in MODELS:  # fill the caches once

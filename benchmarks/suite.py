@@ -58,6 +58,11 @@ def deploy(inventory: Path, *data: str) -> None:
         sys.exit(f"deploy {' '.join(args)} failed:\n{result.stdout[-3000:]}{result.stderr[-2000:]}")
 
 
+def lab_hosts(cluster) -> list[str]:
+    """The lab's host names for `on`: the coordinator, then worker1, worker2, ..."""
+    return ["coordinator"] + [f"worker{i}" for i in range(1, len(cluster.workers) + 1)]
+
+
 # --- links limited to 1 Gbit/s, both directions ---
 
 def host_veth(name: str) -> str:

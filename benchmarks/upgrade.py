@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.suite import LINK, deploy, limit_links, on  # noqa: E402
+from benchmarks.suite import LINK, deploy, lab_hosts, limit_links, on  # noqa: E402
 from llama_rpc_deploy import facts, lab, transfer  # noqa: E402
 from llama_rpc_deploy.deployment import from_cluster, offline_cluster  # noqa: E402
 
@@ -101,7 +101,7 @@ def main() -> None:
     new = from_cluster(offline_cluster(inventory, overrides={"llama_cpp_build_number": bumped})).image
     n_changed, changed_bytes = changed_layers_compressed(old, new)
     worker_ip, filter_path = cluster.workers[0].address, f"{cluster.settings['deploy_dir']}/{transfer.SKIP_LAYERS}"
-    hosts = ["coordinator"] + [f"worker{i}" for i in range(1, len(cluster.workers) + 1)]
+    hosts = lab_hosts(cluster)
     image_bytes = int(on("coordinator", f"docker image inspect --format '{{{{.Size}}}}' {new}"))
     on("worker1", "systemctl stop rpc-server-watchdog rpc-server")
     limit_links(hosts)
