@@ -31,7 +31,8 @@ from benchmarks.suite import LINK, deploy, lab_hosts, limit_links, on  # noqa: E
 from llama_rpc_deploy import facts, lab, transfer  # noqa: E402
 from llama_rpc_deploy.deployment import from_cluster, offline_cluster  # noqa: E402
 
-UNRELATED = ("sha256:" + "0" * 64,)  # an image of the worker that shares no layer with NEW
+UNRELATED = ("sha256:" + "0" * 64,)
+LAYERS = "/var/tmp/layers-of-worker1"  # on the coordinator, as the deploy writes it  # an image of the worker that shares no layer with NEW
 
 
 def layers(host: str, image: str) -> list[str]:
@@ -65,8 +66,9 @@ def send(image: str, worker_ip: str, way: str, skip_layers: str) -> tuple[float,
     fact = facts.DockerImageLayers()
     have = {"upgrade": lambda: fact.process(on("worker1", fact.command()).splitlines()),
             "full": lambda: [], "first_deploy_filter": lambda: [UNRELATED]}[way]()
+    lab.put_file("coordinator", LAYERS, transfer.layers_text(have))
     before, start = rx_bytes("worker1"), time.monotonic()
-    on("coordinator", transfer.send_command(image, worker_ip, have=have, skip_layers=skip_layers if have else None))
+    on("coordinator", transfer.send_command(image, worker_ip, layers_file=LAYERS if have else None, skip_layers=skip_layers))
     seconds, received = time.monotonic() - start, rx_bytes("worker1") - before
     assert on("worker1", f"docker image inspect --format '{{{{.Id}}}}' {image}") == on(
         "coordinator", f"docker image inspect --format '{{{{.Id}}}}' {image}")

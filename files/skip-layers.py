@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Leave out of an image transfer the layers the worker already has. On the coordinator:
 
-    skip-layers.py which ID HAVE...    the diff IDs of ID's layers that the worker has, one a line
+    skip-layers.py which ID FILE    the diff IDs of ID's layers that the worker has, one a line
     docker save ID | skip-layers.py drop DIFF_ID... | zstd | ssh worker receive ...
 
-Each HAVE is one of the worker's images as its layers' diff IDs, bottom up, joined by commas. The
-worker has the bottom layers of ID that one of them shares with it (the whole chain up to a layer, not
+Each line of FILE is one of the worker's images as its layers' diff IDs, bottom up, joined by commas
+(a file, not arguments: a worker that kept many images would pass the kernel's limit). The worker has the bottom layers of ID that one of them shares with it (the whole chain up to a layer, not
 the layer alone: a layer's identity in Docker's store includes the layers below it).
 
 `drop` copies the image archive from stdin to stdout without those layers' tars. docker load does not
@@ -18,6 +18,8 @@ Both archive layouts are handled: Docker 25 and later name each layer blobs/sha2
 ID, nothing to compute); older ones name it ID/layer.tar, so each layer tar is hashed on its way
 through (spooled to disk first, since the decision comes before its bytes are written).
 """
+from __future__ import annotations  # (Python 3.8, Ubuntu 20.04's, has no list[str] at run time)
+
 import hashlib
 import json
 import subprocess
@@ -72,9 +74,10 @@ def which(image: str, have: list[list[str]]) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["which"] and len(sys.argv) > 2:
-        which(sys.argv[2], [h.split(",") for h in sys.argv[3:]])
+    if sys.argv[1:2] == ["which"] and len(sys.argv) == 4:
+        with open(sys.argv[3]) as lines:
+            which(sys.argv[2], [line.strip().split(",") for line in lines if line.strip()])
     elif sys.argv[1:2] == ["drop"]:
         drop(set(sys.argv[2:]))
     else:
-        sys.exit("usage: skip-layers.py which IMAGE [HAVE...] | skip-layers.py drop [DIFF_ID...] < archive > archive")
+        sys.exit("usage: skip-layers.py which IMAGE FILE | skip-layers.py drop [DIFF_ID...] < archive > archive")

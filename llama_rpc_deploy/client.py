@@ -43,7 +43,8 @@ def get(cluster: Cluster, path: str, timeout: float = 10) -> dict:
 def model_field(cluster: Cluster, model: str | None = None) -> dict:
     """The request's model field: with models on demand, the model to answer (llama_model_path's unless
     named); one model needs none."""
-    if model and model not in cluster.served_models():
+    if model and model not in cluster.served_models() and not cluster.settings["llama_models_folder"]:
+        # (the folder's models are listed on the coordinator at deploy time: the router answers for those)
         raise ValueError(f"model {model!r}: expected one of the served models ({', '.join(cluster.served_models()) or 'none: llama_models is empty'})")
     return {"model": model or cluster.default_model} if cluster.router else {}
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 from .gpus import Gpu, lookup
-from .settings import Layer, SettingsError, resolve
+from .settings import MODEL_FILE, Layer, SettingsError, resolve
 
 SERVICE_USER = "llama-rpc"  # the containers run as this system user, made by the deploy on every host
 
@@ -97,6 +97,10 @@ class Cluster:
         for path in folder_models(files):
             if path in served:
                 continue
+            if not MODEL_FILE.ok(path):
+                raise SettingsError(f"{self.coordinator.origins['llama_models_folder']}: llama_models_folder: the file "
+                                    f"{path!r} on the coordinator: expected {MODEL_FILE.expected} (rename it, or "
+                                    "list the models in llama_models instead)")
             name = model_name(path)
             if name in models or name == self.default_model:
                 raise SettingsError(f"{self.coordinator.origins['llama_models_folder']}: llama_models_folder: {path!r} "
@@ -116,6 +120,8 @@ class Cluster:
         """This cluster as one served model sees it: its llama_models entry's settings over the shared ones
         (each origin then says which entry the value came from)."""
         entry = self.settings["llama_models"].get(name, {})
+        if name != self.default_model:  # llama_mmproj_path is llama_model_path's projector, no other model's
+            entry = {"llama_mmproj_path": None, **entry}
         if not entry:
             return self
         c = self.coordinator

@@ -21,6 +21,7 @@ import os
 import pprint
 import secrets
 import shutil
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -67,6 +68,12 @@ def docker(*args: str, check: bool = True, capture: bool = True, input: bytes | 
 def run_on(name: str, command: str, check: bool = True) -> str:
     """A shell command on a lab host (as root, through docker exec): its stdout. RuntimeError on failure if check."""
     return docker("exec", f"{PREFIX}-{name}", "bash", "-c", command, check=check)
+
+
+def put_file(name: str, path: str, text: str) -> None:
+    """Write text to a file on a lab host."""
+    subprocess.run(["docker", "exec", "-i", f"{PREFIX}-{name}", "sh", "-c", f"cat > {shlex.quote(path)}"],
+                   input=text, text=True, check=True)
 
 
 def exists(kind: str, name: str) -> bool:

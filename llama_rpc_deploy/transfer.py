@@ -20,14 +20,20 @@ KNOWN_HOSTS = "/etc/llama-rpc/known_hosts"
 SKIP_LAYERS = "skip-layers.py"  # in deploy_dir on the coordinator
 
 
-def send_command(image: str, address: str, port: int = 22, have: list[tuple[str, ...]] = (),
+def layers_text(have: list[tuple[str, ...]]) -> str:
+    """The worker's images (facts.DockerImageLayers) as skip-layers.py reads them: one a line."""
+    return "".join(",".join(layers) + "\n" for layers in have)
+
+
+def send_command(image: str, address: str, port: int = 22, layers_file: str | None = None,
                  skip_layers: str | None = None) -> str:
-    """have: the worker's images, each as its layers' diff IDs (facts.DockerImageLayers); with
-    skip_layers (the filter's path on the coordinator), the layers the worker has stay behind."""
+    """With layers_file (on the coordinator, layers_text of the worker's images) and skip_layers (the
+    filter's path there), the layers the worker has stay behind; the filter runs only when it leaves
+    something out, and if it cannot decide (no usable python3, say) the plain stream goes."""
     save = 'docker save "$id"'
-    if have and skip_layers:  # the filter only when it leaves something out: else exactly the plain stream
-        f, haves = shell(skip_layers), " ".join(shell(",".join(layers)) for layers in have)
-        save = (f'skip=$(python3 {f} which "$id" {haves}) && '
+    if layers_file and skip_layers:
+        f = shell(skip_layers)
+        save = (f'{{ skip=$(python3 {f} which "$id" {shell(layers_file)}) || skip=; }} && '
                 f'{{ if [ -n "$skip" ]; then docker save "$id" | python3 {f} drop $skip; else docker save "$id"; fi; }}')
     return ("set -o pipefail; "
             f"id=$(docker image inspect --format '{{{{.Id}}}}' {shell(image)}) && "

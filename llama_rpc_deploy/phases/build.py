@@ -3,6 +3,7 @@ from __future__ import annotations
 
 
 import time
+from io import StringIO
 
 from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
@@ -129,6 +130,12 @@ def distribute_image(run: Run):
         if mine is not None and theirs == mine:
             continue  # same image ID already there: send nothing
         have = inventory.get_host(worker.name).get_fact(facts.DockerImageLayers)
+        layers_file = None
+        if skip_layers and have:
+            layers_file = f"{dep.cluster.settings['state_dir']}/layers-of-{worker.name}"
+            files.put(name=f"The image layers {worker.name} has", src=StringIO(transfer.layers_text(have)),
+                      dest=layers_file, mode="600")
         server.shell(name=f"Send {dep.image} to {worker.name} (the layers it lacks)",
-                     commands=[transfer.send_command(dep.image, worker.address, ssh_port(worker), have, skip_layers)],
+                     commands=[transfer.send_command(dep.image, worker.address, ssh_port(worker), layers_file,
+                                                     skip_layers)],
                      _shell_executable="bash")

@@ -10,7 +10,7 @@ from pyinfra.operations import server
 from .. import render
 from ..quoting import shell
 from ..run import Run
-from .services import health_probe, wait_for_health
+from .services import ready_probe, wait_for_health
 
 
 @deploy("Roll back when the new version failed its health check")
@@ -32,8 +32,8 @@ def roll_back(run: Run):
     server.shell(name=f"Restart {unit} on the previous version",
                  commands=[f"systemctl daemon-reload; {firewall}systemctl restart {unit}"], _if=run.health_failed)
     if role == "coordinator":
-        url, _ = health_probe(cluster)
-        server.shell(name="Previous version healthy again?", commands=[wait_for_health(cluster)],
+        url, _ = ready_probe(cluster)
+        server.shell(name="Previous version healthy again?", commands=[wait_for_health(cluster, ready=False)],
                      _if=run.health_failed, _ignore_errors=True)
         server.shell(
             name="Say so: the new version was rolled back",

@@ -81,8 +81,10 @@ def ready_probe(cluster) -> tuple[str, str]:
     return url, f"docker exec llama-server sh -c {shell(script)} {shell(url)}"
 
 
-def wait_for_health(cluster) -> str:
-    _, probe = ready_probe(cluster)
+def wait_for_health(cluster, ready: bool = True) -> str:
+    """Wait for ready_probe (after a new version's start), or for health_probe (the previous version's,
+    after a rollback: its models need not be the new settings' ones)."""
+    _, probe = ready_probe(cluster) if ready else health_probe(cluster)
     return (f"for i in $(seq {cluster.settings['llama_health_timeout']}); do {probe} && exit 0; sleep 1; done; "
             f"journalctl -u {render.COORDINATOR_UNIT} -n 40 --no-pager; exit 1")
 
@@ -103,7 +105,7 @@ def install_coordinator(run: Run):
     after_workers = server.shell(
         name="Restart llama-server after its workers restarted", commands=[f"systemctl restart {render.COORDINATOR_UNIT}"],
         _ignore_errors=True, _if=lambda: run.coordinator_restart_needed(started))
-    url, probe = health_probe(cluster)
+    _, probe = health_probe(cluster)
 
     def not_healthy_now():
         """Checked when the operation runs: after a restart, or whenever /health is not ok (a worker

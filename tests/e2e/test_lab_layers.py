@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from llama_rpc_deploy import facts, transfer
+from llama_rpc_deploy import facts, lab, transfer
 from llama_rpc_deploy.deployment import from_cluster
 from llama_rpc_deploy.quoting import shell
 
@@ -19,6 +19,7 @@ from . import deployed_and_serving, needs_docker, on
 pytestmark = needs_docker
 PROBE = "llama-rpc-layer-probe"
 FILTER = f"/opt/llama-rpc/{transfer.SKIP_LAYERS}"
+LAYERS = "/var/tmp/layers-of-the-worker"
 NEW_BYTES = 3_000_000
 
 
@@ -37,8 +38,10 @@ def probe():
 
 
 def send(cluster, image: str, have) -> subprocess.CompletedProcess:
-    """The deploy's transfer command, run on the coordinator under bash as the deploy runs it."""
-    command = transfer.send_command(image, cluster.workers[0].address, have=have, skip_layers=FILTER)
+    """The deploy's transfer command, run on the coordinator under bash as the deploy runs it, with
+    `have` as the worker's images."""
+    lab.put_file("coordinator", LAYERS, transfer.layers_text(have))
+    command = transfer.send_command(image, cluster.workers[0].address, layers_file=LAYERS, skip_layers=FILTER)
     return on(0, f"bash -c {shell(command)}")
 
 

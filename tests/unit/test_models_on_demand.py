@@ -73,6 +73,8 @@ def test_a_projector_per_model_is_mounted():
     ini = preset(c)
     assert ini["vision"]["model"] == "/models-2/model.gguf" and ini["vision"]["mmproj"] == "/models-2/mmproj-model.gguf"
     assert ini[c.default_model]["mmproj"] == "/mmproj/mmproj-gemma.gguf"
+    plain = cluster(all_data={"llama_models": TWO, "llama_mmproj_path": "/srv/proj/mmproj-gemma.gguf"})
+    assert "mmproj" not in preset(plain)["qwen3-8b"]  # the shared projector is llama_model_path's model's only
 
 
 @pytest.mark.parametrize("models, words_", [
@@ -172,3 +174,21 @@ def test_plan_reads_the_folder_here(tmp_path, capsys):
     missing = ["--data", "llama_model_path=/nowhere/one.gguf", *data[2:]]
     assert main(["plan", "-i", str(inventory), *missing]) == 2
     assert "llama_models_folder: /nowhere: not on this machine" in capsys.readouterr().err
+
+
+def test_a_folder_file_no_setting_could_name_is_refused_in_one_line():
+    c = cluster(all_data={"llama_models_folder": True})
+    with pytest.raises(SettingsError) as error:
+        c.with_folder(["/srv/models/lmstudio-community/q4;v2.gguf"])
+    message = str(error.value)
+    assert message.startswith("group_data/all.py: llama_models_folder: the file '/srv/models/lmstudio-community/q4;v2.gguf'")
+    assert "expected an absolute path" in message and "\n" not in message
+
+
+def test_a_request_may_name_a_model_of_the_folder():
+    """The folder's models are listed on the coordinator at deploy time: the client lets the router answer."""
+    from llama_rpc_deploy.client import model_field
+
+    assert model_field(cluster(all_data={"llama_models_folder": True}), "qwen") == {"model": "qwen"}
+    with pytest.raises(ValueError, match="expected one of the served models"):
+        model_field(cluster(all_data={"llama_models": TWO}), "qwen")

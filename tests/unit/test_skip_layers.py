@@ -70,7 +70,9 @@ def test_the_archive_keeps_everything_but_the_layers_the_worker_has(tmp_path, la
     docker.chmod(0o755)
     source = archive(layout, layers)
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
-    which = subprocess.run([sys.executable, str(SCRIPT), "which", "sha256:image", ",".join(ids[:2] + [A]), ids[0]],
+    have = tmp_path / "layers"
+    have.write_text(transfer.layers_text([tuple(ids[:2] + [A]), (ids[0],)]))
+    which = subprocess.run([sys.executable, str(SCRIPT), "which", "sha256:image", str(have)],
                            capture_output=True, text=True, env=env)
     assert which.returncode == 0 and sorted(which.stdout.split()) == sorted(ids[:2])
     result = subprocess.run([sys.executable, str(SCRIPT), "drop", *which.stdout.split()], input=source,
@@ -86,23 +88,42 @@ def test_the_archive_keeps_everything_but_the_layers_the_worker_has(tmp_path, la
 def test_the_filter_sits_in_the_pipeline_only_when_the_worker_has_images():
     plain = transfer.send_command("llama-rpc:tag", "10.0.0.2")
     assert "skip-layers" not in plain and "docker save \"$id\" | zstd" in plain
-    assert transfer.send_command("llama-rpc:tag", "10.0.0.2", have=[], skip_layers="/opt/llama-rpc/skip-layers.py") == plain
-    filtered = transfer.send_command("llama-rpc:tag", "10.0.0.2", have=[(A, B), (C,)], skip_layers="/opt/llama-rpc/skip-layers.py")
-    assert f'skip=$(python3 /opt/llama-rpc/skip-layers.py which "$id" {A},{B} {C})' in filtered
+    assert transfer.send_command("llama-rpc:tag", "10.0.0.2", skip_layers="/opt/llama-rpc/skip-layers.py") == plain
+    filtered = transfer.send_command("llama-rpc:tag", "10.0.0.2", layers_file="/var/lib/llama-rpc/layers-of-w 1",
+                                     skip_layers="/opt/llama-rpc/skip-layers.py")
+    assert "{ skip=$(python3 /opt/llama-rpc/skip-layers.py which \"$id\" '/var/lib/llama-rpc/layers-of-w 1') || skip=; }" in filtered
     assert 'docker save "$id" | python3 /opt/llama-rpc/skip-layers.py drop $skip; else docker save "$id"; fi; } | zstd' in filtered
 
 
-def test_the_pipeline_runs_under_bash(tmp_path):
-    """The filtered command, with docker, python3, zstd and ssh standing in: the layers go when there are
-    some to leave out, the plain archive when there are none; and a failing step fails the command."""
+def test_many_images_fit_in_the_file_not_on_the_command_line():
+    have = [tuple(f"sha256:{i:02x}{j:062x}" for j in range(15)) for i in range(200)]
+    text = transfer.layers_text(have)
+    assert len(text) > 200_000 and text.count("\n") == 200  # 200 images of 15 layers: past one argument's 128 KiB
+    assert len(transfer.send_command("llama-rpc:tag", "10.0.0.2", layers_file="/f", skip_layers="/s")) < 1000
+
+
+@pytest.mark.parametrize("which, sent", [("echo $SKIP", f"DROPPED {A}"),        # layers to leave out
+                                         ("echo", "ARCHIVE"),                   # none: the plain stream
+                                         ("exit 1", "ARCHIVE")])                # no usable python3: the plain stream
+def test_the_pipeline_runs_under_bash(tmp_path, which, sent):
+    """The filtered command, with docker, python3, zstd and ssh standing in."""
     for name, body in {"docker": 'case "$1" in image) echo sha256:ID;; save) echo ARCHIVE;; esac',
-                       "python3": 'if [ "$2" = which ]; then echo "$SKIP"; else echo "DROPPED ${*:3}"; cat >/dev/null; fi',
+                       "python3": f'if [ "$2" = which ]; then {which}; else echo "DROPPED ${{*:3}}"; cat >/dev/null; fi',
                        "zstd": "cat", "ssh": 'cat > "$OUT"; echo "${@: -1}" >> "$OUT"'}.items():
         (tmp_path / name).write_text(f"#!/bin/bash\n{body}\n")
         (tmp_path / name).chmod(0o755)
-    command = transfer.send_command("llama-rpc:tag", "10.0.0.2", have=[(A,)], skip_layers="/opt/f.py")
-    for skip, sent in ((A, f"DROPPED {A}"), ("", "ARCHIVE")):
-        out = tmp_path / "sent"
-        env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SKIP": skip, "OUT": str(out)}
-        assert subprocess.run(["bash", "-c", command], env=env).returncode == 0
-        assert out.read_text().splitlines() == [sent, "receive sha256:ID llama-rpc:tag"]
+    command = transfer.send_command("llama-rpc:tag", "10.0.0.2", layers_file="/f", skip_layers="/opt/f.py")
+    out = tmp_path / "sent"
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SKIP": A, "OUT": str(out)}
+    assert subprocess.run(["bash", "-c", command], env=env).returncode == 0
+    assert out.read_text().splitlines() == [sent, "receive sha256:ID llama-rpc:tag"]
+
+
+def test_a_failing_stream_fails_the_command(tmp_path):
+    """docker save dying halfway must not look like a sent image (pipefail)."""
+    for name, body in {"docker": 'case "$1" in image) echo sha256:ID;; save) echo PART; exit 1;; esac',
+                       "python3": 'echo', "zstd": "cat", "ssh": "cat > /dev/null"}.items():
+        (tmp_path / name).write_text(f"#!/bin/bash\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    command = transfer.send_command("llama-rpc:tag", "10.0.0.2", layers_file="/f", skip_layers="/opt/f.py")
+    assert subprocess.run(["bash", "-c", command], env={"PATH": f"{tmp_path}:/usr/bin:/bin"}).returncode != 0
