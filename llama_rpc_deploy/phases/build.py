@@ -77,6 +77,7 @@ def record_download(url: str, lock, tarball: str) -> None:
 
 
 PROGRESS_SECONDS = 30
+FIRST_LOOK_SECONDS = 5  # the first look at a build: one that is done by then says nothing before "built in"
 
 
 def build_with_progress(build_dir: str, log_dir: str, command: str, every: float = PROGRESS_SECONDS) -> None:
@@ -92,7 +93,7 @@ def build_with_progress(build_dir: str, log_dir: str, command: str, every: float
         raise DeployError(f"cannot start the image build on {host.name}")
     began = time.monotonic()
     while True:
-        time.sleep(min(every, 5) if time.monotonic() - began < every else every)
+        time.sleep(min(every, FIRST_LOOK_SECONDS) if time.monotonic() - began < every else every)
         done, output = host.run_shell_command(f"cat {rc} 2>/dev/null")
         if done and output.stdout.strip():
             break

@@ -4,11 +4,13 @@ substituted tarball is refused with a clear message, and nothing changes on any 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from llama_rpc_deploy import lab
 from llama_rpc_deploy.deployment import STATE as CONTROL_STATE
+from llama_rpc_deploy.phases.build import FIRST_LOOK_SECONDS
 from llama_rpc_deploy.settings import DEFAULTS
 from llama_rpc_deploy.source import pack_tree, record, sha256_file
 
@@ -44,7 +46,9 @@ def test_first_deploy_downloads_checks_builds_and_records_the_sha256(github):
     ops = operations(result)
     assert changed(ops, f"llama.cpp source: download {github['url']}") == [lab.ip_of(0)]
     assert json.loads(LOCK.read_text())[github["url"]] == sha256_file(github["good"])
-    if changed(ops, "Build llama-rpc:"):  # a first build shows it is alive while it takes minutes
+    built = re.search(rf"\[{re.escape(lab.ip_of(0))}\] built in (\d+) s", result.stderr)
+    assert bool(built) == bool(changed(ops, "Build llama-rpc:"))
+    if built and int(built.group(1)) > FIRST_LOOK_SECONDS + 1:  # a build that takes a while shows it is alive
         assert f"[{lab.ip_of(0)}] building, " in result.stderr
     build_info = json.loads(on(0, f"curl -fsS -H 'Authorization: Bearer {lab.ensure_api_key().read_text().strip()}' "
                                   f"http://{lab.ip_of(0)}:8080/props").stdout)["build_info"]
