@@ -99,9 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                           "folder (only the files' headers are read)", file=sys.stderr)
                     return 2
                 cluster = cluster.with_folder([str(p) for p in folder.glob("*.gguf")])
-            names = cluster.served_models() or [cluster.default_model]
             failed = False
-            for name in names:  # with llama_models, every model is planned with its own settings
+            for name in cluster.model_names():  # with llama_models, every model is planned with its own settings
                 view = cluster.for_model(name)
                 default = name == cluster.default_model
                 model = (default and args.model) or Path(view.settings["llama_model_path"])

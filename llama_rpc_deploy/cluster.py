@@ -116,6 +116,10 @@ class Cluster:
             return []
         return [self.default_model] + [n for n in self.settings["llama_models"] if n != self.default_model]
 
+    def model_names(self) -> list[str]:
+        """Every model the deploy plans and serves: served_models(), or llama_model_path's alone."""
+        return self.served_models() or [self.default_model]
+
     def for_model(self, name: str) -> Cluster:
         """This cluster as one served model sees it: its llama_models entry's settings over the shared ones
         (each origin then says which entry the value came from)."""

@@ -133,9 +133,10 @@ def llama_server_args(cluster: Cluster, api_key: bool) -> list[str]:
     llama_models, the model options go to the preset instead (models_preset), one model at a time."""
     s = cluster.settings
     sleep, threads = s["llama_sleep_idle_seconds"], s["llama_threads"]
-    files, fit = model_options(cluster, model_folders(cluster))
     if cluster.router:
         files, fit = [("--models-preset", MODELS_PRESET_MOUNT), ("--models-max", 1)], []
+    else:
+        files, fit = model_options(cluster, model_folders(cluster))
     return [
         *[line(o, v) if v is not None else line(o) for o, v in files],
         line("--host", s["llama_host"] or cluster.coordinator.address),
@@ -211,7 +212,7 @@ def coordinator_files(cluster: Cluster, image: str) -> dict[str, str]:
     """Path on the coordinator -> content."""
     c = cluster.coordinator
     s = c.settings
-    if any(cluster.for_model(n).settings["llama_tensor_split"] == "auto" for n in cluster.served_models() or [cluster.default_model]):
+    if any(cluster.for_model(n).settings["llama_tensor_split"] == "auto" for n in cluster.model_names()):
         raise ValueError("llama_tensor_split = 'auto' must be resolved by the planner (Deployment.with_split) first")
     volumes = [(folder, mount, True) for folder, mount in model_folders(cluster)]
     preset = {f"{s['deploy_dir']}/{MODELS_PRESET}": models_preset(cluster)} if cluster.router else {}

@@ -1,7 +1,6 @@
 """The image: built once on the coordinator, carried to every worker that lacks that exact image ID."""
 from __future__ import annotations
 
-
 import time
 from io import StringIO
 

@@ -64,7 +64,7 @@ def host_is_ready(run: Run) -> None:
 
 def model_is_readable(me, cluster) -> None:
     """Every model and projector file, llama_models' too, is there and readable by the service user."""
-    for name in cluster.served_models() or [cluster.default_model]:
+    for name in cluster.model_names():
         view = cluster.for_model(name).coordinator
         for key in ("llama_model_path", "llama_mmproj_path"):
             if view.settings[key]:
@@ -88,8 +88,8 @@ def model_fits(run: Run) -> None:
     with its own settings): refuse what won't fit, warn on what the seed measured slow, and resolve
     llama_tensor_split = 'auto'."""
     cluster = run.deployment.cluster
-    for name in cluster.served_models() or [None]:
-        model_fits_one(run, cluster.for_model(name) if name else cluster, name)
+    for name in cluster.model_names():  # one model: no name in the log lines and errors, as before llama_models
+        model_fits_one(run, cluster.for_model(name), name if cluster.router else None)
 
 
 def model_fits_one(run: Run, cluster, name: str | None) -> None:
