@@ -24,7 +24,7 @@ def roll_back(run: Run):
                  commands=[f"mkdir -p {shell(failed)} && journalctl -u {unit} -n 2000 --no-pager > {shell(f'{failed}/{unit}.log')}; "
                            + "".join(f"cp -a {shell(path)} {shell(failed + '/')}; " for path, _ in replaced)],
                  _if=run.health_failed)
-    for path, kept in replaced:
+    for path, kept in host.loop(replaced):
         server.shell(name=f"Put back {path}", commands=[f"cp -a {shell(path + '.previous')} {shell(path)}"],
                      _if=lambda kept=kept: run.health_failed() and kept.did_change())
     reload_firewall = role == "worker" and cluster.host(host.name).settings["rpc_firewall"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from io import StringIO
 
 from pyinfra import host
@@ -20,27 +21,51 @@ from ..run import Run
 
 def put(run: Run, path: str, content: str, mode: str = "644"):
     """Upload rendered content. When it replaces different content, the old file stays as PATH.previous:
-    the last working launch scripts and units survive a deploy that goes wrong."""
+    the last working launch scripts and units survive a deploy that goes wrong.
+
+    Every host creates the same operations whatever changed on it (the keep is gated with _if): pyinfra
+    orders all hosts' operations in one graph, and an operation made on some hosts only, in a loop, gave
+    two workers opposite orders ("Cycle detected in operation ordering DAG")."""
     current = host.get_fact(Sha1File, path=path)
-    if current and current != hashlib.sha1(content.encode()).hexdigest():
-        keep = server.shell(name=f"Keep {path} as {path}.previous", commands=[f"cp -a {shell(path)} {shell(path + '.previous')}"])
-        run.keep_replaced(host.name, path, keep)
+    replaces = bool(current) and current != hashlib.sha1(content.encode()).hexdigest()
+    keep = server.shell(name=f"Keep {path} as {path}.previous when it changes",
+                        commands=[f"cp -a {shell(path)} {shell(path + '.previous')}"], _if=lambda: replaces)
+    run.keep_replaced(host.name, path, keep)
     return files.put(name=f"Install {path}", src=StringIO(content), dest=path, mode=mode)
 
 
 def put_all(run: Run, rendered: dict[str, str]) -> list:
-    """put() each file (scripts executable); returns the operations."""
-    return [put(run, path, content, mode="755" if path.endswith(".sh") else "644") for path, content in rendered.items()]
+    """put() each file (scripts executable); returns the operations. host.loop: each file's operations
+    are told apart by their place in the loop, the same on every host."""
+    return [put(run, path, content, mode="755" if path.endswith(".sh") else "644")
+            for path, content in host.loop(rendered.items())]
 
 
-def service(name: str, unit: str, files_ops: list, **arguments):
-    """The unit running and enabled, restarted (after a daemon-reload) when its files change: a plain
+@dataclass(frozen=True)
+class Started:
+    """A unit's two operations, one of which runs: the restart on new files, or 'running and enabled'."""
+    restart: object
+    ensure: object
+
+    def did_change(self) -> bool:
+        """Whether this run (re)started the unit (asked when a later operation runs)."""
+        return self.restart.did_change() or self.ensure.did_change()
+
+
+def service(name: str, unit: str, files_ops: list, **arguments) -> Started:
+    """The unit running and enabled, restarted (after a daemon-reload) when its files changed: a plain
     `systemctl restart`, not pyinfra's start-when-stopped, so that a unit still starting on its old files
-    (llama-server's wait for its workers) starts over on the new ones."""
-    if any(op.will_change for op in files_ops):
-        return server.shell(name=name, commands=[f"systemctl daemon-reload && systemctl enable --quiet {unit} && "
-                                                 f"systemctl restart {unit}"], **arguments)
-    return systemd.service(name=name, service=unit, running=True, enabled=True, **arguments)
+    (llama-server's wait for its workers) starts over on the new ones. Both operations exist on every host,
+    each gated with _if on whether the files changed when they ran: the same shape whatever the host."""
+    def changed() -> bool:
+        return any(op.did_change() for op in files_ops)
+
+    restart = server.shell(name=f"{name}: restarted on its new files",
+                           commands=[f"systemctl daemon-reload && systemctl enable --quiet {unit} && "
+                                     f"systemctl restart {unit}"], _if=changed, **arguments)
+    ensure = systemd.service(name=name, service=unit, running=True, enabled=True, _if=lambda: not changed(),
+                             **arguments)
+    return Started(restart, ensure)
 
 
 @deploy("rpc-server on the worker")
