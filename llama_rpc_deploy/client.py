@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 import urllib.request
 
-from .cluster import Cluster
-from .cluster_checks import api_key
+from .cluster import Cluster, api_key
 
 
 def server_url(cluster: Cluster) -> str:

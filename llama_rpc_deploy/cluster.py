@@ -2,14 +2,16 @@
 
 Who is the coordinator and who are the workers, each host's checked settings and GPUs, the RPC
 endpoints, and the order of the devices: every worker's devices first, the coordinator's own GPUs
-last, so the output layer and the logits stay local. `build()` runs the cross-setting checks of
-cluster_checks.py on it.
+last, so the output layer and the logits stay local; and the values derived from the settings
+(the CUDA architectures, who may reach a worker's RPC port, the API key). cluster_checks.build()
+makes one and runs the cross-setting checks on it.
 """
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, replace
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from .gpus import Gpu, lookup
 from .settings import MODEL_FILE, Layer, SettingsError, resolve
@@ -177,15 +179,49 @@ def host_plan(name: str, layers: list[Layer]) -> HostPlan:
     return HostPlan(name=name, settings=values, gpus=tuple(gpus), origins=origins, ssh_port=ssh_port)
 
 
-def build(coordinators: list[HostPlan], workers: list[HostPlan], inventory_file: str = "inventory.py") -> Cluster:
-    """The Cluster, after every check in cluster_checks.CHECKS (each raises SettingsError)."""
-    from .cluster_checks import CHECKS, MODEL_CHECKS, check_inventory_shape
+# --- values derived from the settings ---
 
-    check_inventory_shape([h.name for h in coordinators], [h.name for h in workers], inventory_file)
-    cluster = Cluster(coordinator=coordinators[0], workers=tuple(workers))
-    for check in CHECKS:
-        check(cluster, inventory_file)
-    for name in cluster.served_models():  # each model of llama_models with its own settings
-        for check in MODEL_CHECKS:
-            check(cluster.for_model(name), inventory_file)
-    return cluster
+def cuda_architectures(cluster: Cluster) -> str:
+    """image_cuda_architectures, or the union of every host's GPUs ("89;120")."""
+    if cluster.settings["image_cuda_architectures"]:
+        return cluster.settings["image_cuda_architectures"]
+    archs = {g.cuda_arch for h in cluster.hosts for g in h.gpus}
+    return ";".join(sorted(archs, key=lambda a: int(re.sub(r"\D", "", a))))
+
+
+def allowed_clients(cluster: Cluster, worker: HostPlan) -> list[str]:
+    """Who may open a worker's RPC port: rpc_allow_from, or the coordinator's address."""
+    return list(worker.settings["rpc_allow_from"] or [cluster.coordinator.address])
+
+
+def is_wide(network) -> bool:
+    """Wider than a private /16 (IPv6: a unique-local or link-local /48)."""
+    if network.num_addresses == 1:
+        return False
+    narrow = 16 if network.version == 4 else 48
+    return network.prefixlen < narrow or not (network.is_private or network.is_link_local)
+
+
+def wide_clients(cluster: Cluster, worker: HostPlan) -> list[str]:
+    return [c for c in allowed_clients(cluster, worker) if is_wide(ipaddress.ip_network(c, strict=False))]
+
+
+def api_key(cluster: Cluster) -> str:
+    """The API key from llama_api_key_file, checked: the file exists, only its owner may read it, one word."""
+    setting = cluster.settings["llama_api_key_file"]
+    where = cluster.coordinator.origins["llama_api_key_file"]
+    path = Path(setting).expanduser()
+    try:
+        mode = path.stat().st_mode & 0o777
+        text = path.read_text()
+    except OSError as error:
+        raise SettingsError(f"{where}: llama_api_key_file = {setting!r}: {error.strerror}: expected a file on this "
+                            "machine holding the key (umask 077; openssl rand -hex 32 > FILE)") from None
+    if mode & 0o077:
+        raise SettingsError(f"{where}: llama_api_key_file = {setting!r} has mode {mode:o}: expected 600 or 400 "
+                            f"(chmod 600 {path})")
+    key = text.strip()
+    if len(key) < 16 or any(c.isspace() for c in key):
+        raise SettingsError(f"{where}: llama_api_key_file = {setting!r}: expected one key of at least 16 characters "
+                            "without spaces (openssl rand -hex 32)")
+    return key

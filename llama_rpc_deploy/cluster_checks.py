@@ -1,4 +1,4 @@
-"""The checks that span settings or hosts, each a named function run by cluster.build().
+"""The checks that span settings or hosts, each a named function, and build(): the checked Cluster.
 
 A single value is checked by its schema entry (settings.py); what needs two settings, two hosts or
 a file on the control machine is checked here. Each check raises SettingsError with the file, the
@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from pathlib import Path
 
-from .cluster import Cluster, HostPlan
-from .image import cuda_architectures
+from .cluster import Cluster, HostPlan, allowed_clients, api_key, cuda_architectures, is_wide
 from .settings import PLACEHOLDER, PORT, QUANTIZED_CACHE_TYPES, SettingsError, is_host_name
 
 # The first CUDA release that can build for a compute capability (newer cards need newer CUDA).
@@ -176,23 +174,6 @@ def cuda_can_build_every_gpu(cluster: Cluster, inventory_file: str) -> None:
                 f"{version[0]}.{version[1]} cannot build for sm_{arch}: expected CUDA {need[0]}.{need[1]} or newer")
 
 
-def allowed_clients(cluster: Cluster, worker: HostPlan) -> list[str]:
-    """Who may open a worker's RPC port: rpc_allow_from, or the coordinator's address."""
-    return list(worker.settings["rpc_allow_from"] or [cluster.coordinator.address])
-
-
-def is_wide(network) -> bool:
-    """Wider than a private /16 (IPv6: a unique-local or link-local /48)."""
-    if network.num_addresses == 1:
-        return False
-    narrow = 16 if network.version == 4 else 48
-    return network.prefixlen < narrow or not (network.is_private or network.is_link_local)
-
-
-def wide_clients(cluster: Cluster, worker: HostPlan) -> list[str]:
-    return [c for c in allowed_clients(cluster, worker) if is_wide(ipaddress.ip_network(c, strict=False))]
-
-
 def firewall_admits_addresses(cluster: Cluster, inventory_file: str) -> None:
     for worker in cluster.workers:
         if not worker.settings["rpc_firewall"]:
@@ -215,27 +196,6 @@ def firewall_admits_addresses(cluster: Cluster, inventory_file: str) -> None:
                     f"{worker.origins['rpc_allow_from']}: rpc_allow_from = {client!r} on {worker.name} admits "
                     f"{network.num_addresses} addresses to the unauthenticated RPC port: expected addresses or "
                     "private networks no wider than a /16 (rpc_allow_wide = True to open it anyway)")
-
-
-def api_key(cluster: Cluster) -> str:
-    """The API key from llama_api_key_file, checked: the file exists, only its owner may read it, one word."""
-    setting = cluster.settings["llama_api_key_file"]
-    where = cluster.coordinator.origins["llama_api_key_file"]
-    path = Path(setting).expanduser()
-    try:
-        mode = path.stat().st_mode & 0o777
-        text = path.read_text()
-    except OSError as error:
-        raise SettingsError(f"{where}: llama_api_key_file = {setting!r}: {error.strerror}: expected a file on this "
-                            "machine holding the key (umask 077; openssl rand -hex 32 > FILE)") from None
-    if mode & 0o077:
-        raise SettingsError(f"{where}: llama_api_key_file = {setting!r} has mode {mode:o}: expected 600 or 400 "
-                            f"(chmod 600 {path})")
-    key = text.strip()
-    if len(key) < 16 or any(c.isspace() for c in key):
-        raise SettingsError(f"{where}: llama_api_key_file = {setting!r}: expected one key of at least 16 characters "
-                            "without spaces (openssl rand -hex 32)")
-    return key
 
 
 def api_key_file_is_usable(cluster: Cluster, inventory_file: str) -> None:
@@ -266,3 +226,15 @@ CHECKS = (hosts_are_addresses, rpc_servers_bind_ipv4, workers_apart_from_the_coo
           distinct_rpc_endpoints, model_path_is_set, no_example_addresses, same_quantized_kv_types,
           quantized_v_has_flash_attention, rpc_port_apart_from_llama_port, one_share_per_device,
           cuda_can_build_every_gpu, firewall_admits_addresses, api_key_file_is_usable, served_models_apart)
+
+
+def build(coordinators: list[HostPlan], workers: list[HostPlan], inventory_file: str = "inventory.py") -> Cluster:
+    """The Cluster, after every check in CHECKS (each raises SettingsError)."""
+    check_inventory_shape([h.name for h in coordinators], [h.name for h in workers], inventory_file)
+    cluster = Cluster(coordinator=coordinators[0], workers=tuple(workers))
+    for check in CHECKS:
+        check(cluster, inventory_file)
+    for name in cluster.served_models():  # each model of llama_models with its own settings
+        for check in MODEL_CHECKS:
+            check(cluster.for_model(name), inventory_file)
+    return cluster

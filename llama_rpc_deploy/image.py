@@ -1,4 +1,4 @@
-"""The image's identity: what it is built for (CUDA architectures), its build arguments and its tag.
+"""The image's identity: its build arguments (the CUDA architectures among them) and its tag.
 
 The tag is name:REF-HASH, HASH over the source, the image's files and the build arguments: the same
 inputs always give the same tag, so an image that is already there is never built again, and a
@@ -9,22 +9,13 @@ from __future__ import annotations
 from .paths import shipped
 
 import hashlib
-import re
 from pathlib import Path
 
-from .cluster import Cluster
+from .cluster import Cluster, cuda_architectures
 from .source import Source
 
 FILES = shipped("files")
 IMAGE_FILES = ("Dockerfile", "entrypoint.sh")  # with llama.cpp.tar.gz, the build context
-
-
-def cuda_architectures(cluster: Cluster) -> str:
-    """image_cuda_architectures, or the union of every host's GPUs ("89;120")."""
-    if cluster.settings["image_cuda_architectures"]:
-        return cluster.settings["image_cuda_architectures"]
-    archs = {g.cuda_arch for h in cluster.hosts for g in h.gpus}
-    return ";".join(sorted(archs, key=lambda a: int(re.sub(r"\D", "", a))))
 
 
 def build_args(cluster: Cluster, source: Source) -> dict[str, str]:

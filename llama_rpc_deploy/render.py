@@ -18,8 +18,7 @@ from pathlib import PurePosixPath
 import jinja2
 
 from . import programs, quoting
-from .cluster import SERVICE_USER, Cluster, HostPlan
-from .cluster_checks import allowed_clients
+from .cluster import SERVICE_USER, Cluster, HostPlan, allowed_clients
 
 TEMPLATES = shipped("templates")
 UNIT_DIR = "/etc/systemd/system"

@@ -13,13 +13,14 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 from .quoting import shell
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import webui
 from .settings import SettingsError
+from .trees import files_below, find_tree
 
 # Parts of a llama.cpp tree that a build of llama-server and rpc-server never reads.
 EXCLUDED_TOP_LEVEL = {
@@ -46,26 +47,6 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def find_tree(root: Path) -> Path:
-    """The folder holding ggml/ and src/: root itself or, for an sdist, vendor/llama.cpp."""
-    for candidate in (root, root / "vendor" / "llama.cpp"):
-        if (candidate / "ggml" / "CMakeLists.txt").is_file() and (candidate / "tools").is_dir():
-            return candidate
-    raise FileNotFoundError(f"{root} is not a llama.cpp tree (no ggml/CMakeLists.txt and tools/ in it or in vendor/llama.cpp)")
-
-
-def files_below(root: Path, skip_top: set[str]) -> list[Path]:
-    """Every file below root in a stable order (sorted, folder by folder), leaving out the top-level
-    folders named in skip_top."""
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        if Path(dirpath) == root:
-            dirnames[:] = [d for d in dirnames if d not in skip_top]
-        dirnames.sort()
-        files.extend(Path(dirpath, name) for name in sorted(filenames))
-    return files
 
 
 PACK_FORMAT = "3"  # bump when pack_tree's output changes, so packs cached by an older version are made again
@@ -131,8 +112,6 @@ def resolve_source(setting: str | None, ref: str, cache_dir: Path, url_template:
         return Source(ident=ref, local_tarball=None, url=url, sha256=pinned or known, lock=lock)
     path = Path(setting).expanduser()
     if path.is_dir():
-        from . import webui  # (it reads trees with find_tree, from here)
-
         extra = webui.tar_members(path, webui.ensure_dist(find_tree(path), cache_dir / "ui", chat_page)) if chat_page else []
         tarball = pack_tree(path, cache_dir, extra=extra)
     elif path.is_file() and path.name.endswith(TARBALL_SUFFIXES):

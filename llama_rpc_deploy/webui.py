@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from .source import files_below, find_tree
+from .trees import files_below, find_tree
 
 UI_DIR = Path("tools") / "ui"
 DIST_IN_TREE = UI_DIR / "dist"  # where ui-assets.cmake looks for pre-built assets (SRC_DIST_DIR)

@@ -8,8 +8,7 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import Directory, File
 
 from .. import facts, gguf_header, plan
-from ..cluster import SERVICE_USER
-from ..cluster_checks import wide_clients
+from ..cluster import SERVICE_USER, wide_clients
 from ..settings import SettingsError
 from ..run import Run
 

@@ -1,5 +1,6 @@
 """Build clusters from plain dicts, through the same layers (settings.layers) and checks as the deploy."""
 from llama_rpc_deploy import cluster as cluster_
+from llama_rpc_deploy.cluster_checks import build
 from llama_rpc_deploy.settings import layers
 
 MODEL = "/srv/models/lmstudio-community/gemma-4-31B-it-qat-UD-Q4_K_XL.gguf"
@@ -17,4 +18,4 @@ def cluster(coordinator=None, workers=(None,), all_data=None, names=None):
     names = names or ["10.0.0.10"] + [f"10.0.0.{20 + i}" for i in range(len(workers))]
     c = host(names[0], "coordinator", {"gpus": ["RTX 4080"], **(coordinator or {})}, all_data)
     ws = [host(n, "worker", {"gpus": ["RTX 5060 Ti"], **(w or {})}, all_data) for n, w in zip(names[1:], workers)]
-    return cluster_.build([c], ws)
+    return build([c], ws)

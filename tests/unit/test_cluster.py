@@ -1,6 +1,7 @@
 import pytest
 
 from llama_rpc_deploy import image
+from llama_rpc_deploy.cluster import cuda_architectures
 from llama_rpc_deploy.image import FILES
 from llama_rpc_deploy.settings import SettingsError
 from llama_rpc_deploy.source import Source
@@ -15,13 +16,13 @@ def test_seed_pair_remote_first_local_last():
     c = cluster()
     assert c.devices == ["RPC0", "CUDA0"]
     assert c.rpc_endpoints == ["10.0.0.20:50052"]
-    assert image.cuda_architectures(c) == "89;120"
+    assert cuda_architectures(c) == "89;120"
 
 
 def test_workers_with_several_gpus_and_a_cpu_worker():
     c = cluster(workers=[{"gpus": ["RTX 3090", "RTX 3090"]}, {"gpus": []}], coordinator={"gpus": ["RTX 5090", "RTX 4090"]})
     assert c.devices == ["RPC0", "RPC1", "RPC2", "CUDA0", "CUDA1"]
-    assert image.cuda_architectures(c) == "86;89;120"
+    assert cuda_architectures(c) == "86;89;120"
 
 
 def test_worker_address_and_rpc_host_override_the_endpoint():

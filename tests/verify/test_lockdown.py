@@ -9,8 +9,7 @@ import urllib.request
 import pytest
 
 from llama_rpc_deploy import client, render
-from llama_rpc_deploy.cluster import SERVICE_USER
-from llama_rpc_deploy.cluster_checks import allowed_clients, api_key
+from llama_rpc_deploy.cluster import SERVICE_USER, allowed_clients, api_key
 
 
 def _firewall(worker_plan):
