@@ -8,6 +8,7 @@ bad setting stops the deploy before the first host is touched.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import tempfile
@@ -17,7 +18,7 @@ from pathlib import Path
 from . import cluster as cluster_
 from . import image
 from .cluster import Cluster
-from .cluster_checks import check_inventory_shape
+from .cluster_checks import build, check_inventory_shape
 from .settings import SettingsError, layers
 from .source import Source, resolve_source
 
@@ -57,8 +58,9 @@ def inventory_file(argv: list[str] = sys.argv) -> str:
     return next((a for a in argv[1:] if a.endswith(".py")), "inventory.py")
 
 
-def from_pyinfra(inventory, inventory_file: str = "inventory.py") -> Deployment:
-    """The deployment from pyinfra's loaded inventory and group data (the deploy's own view)."""
+def cluster_of(inventory, inventory_file: str = "inventory.py") -> Cluster:
+    """The checked Cluster from pyinfra's Inventory: each host's data in pyinfra's layers (--data, the host's
+    own, every group it is in, group_data/all). The deploy and every command read the hosts this one way."""
     def plan(name: str, role: str):
         host = inventory.get_host(name)
         return cluster_.host_plan(name, layers(
@@ -69,7 +71,12 @@ def from_pyinfra(inventory, inventory_file: str = "inventory.py") -> Deployment:
     names = {role: [h.name for h in inventory.get_group(group, [])] for group, role in ROLES.items()}
     check_inventory_shape(names["coordinator"], names["worker"], inventory_file)  # before a host's own checks
     hosts = {role: [plan(name, role) for name in names[role]] for role in names}
-    return from_cluster(cluster_.build(hosts["coordinator"], hosts["worker"], inventory_file))
+    return build(hosts["coordinator"], hosts["worker"], inventory_file)
+
+
+def from_pyinfra(inventory, inventory_file: str = "inventory.py") -> Deployment:
+    """The deployment from pyinfra's loaded inventory and group data (the deploy's own view)."""
+    return from_cluster(cluster_of(inventory, inventory_file))
 
 
 def from_cluster(cluster: Cluster, with_key: bool = True) -> Deployment:
@@ -80,65 +87,75 @@ def from_cluster(cluster: Cluster, with_key: bool = True) -> Deployment:
                       transfer_key=transfer_key() if with_key else None)
 
 
-# --- the same data without pyinfra: for `complete`, `settings` and the testinfra suite ---
+# --- the same Inventory outside a pyinfra run: for config.py's preflight, the commands, the testinfra suite ---
 
-def _python_data(path: Path) -> dict:
-    """The public names a group_data/inventory file defines (pyinfra's rule: no dunders, no modules)."""
-    import runpy
-    import types
+def _quiet_import():
+    """pyinfra_cli monkey-patches ssl on import (gevent), and warns that it does."""
+    import warnings
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pyinfra_cli.inventory
+        import pyinfra_cli.util
+    return pyinfra_cli.inventory, pyinfra_cli.util
+
+
+def _error_line(error: BaseException, filename: str) -> int | str:
+    """The line of filename where error was raised (the innermost frame in that file)."""
+    import traceback
+
+    tb = getattr(error, "_traceback", None) or error.__traceback__
+    return next((f.lineno for f in reversed(traceback.extract_tb(tb))
+                 if Path(f.filename).resolve() == Path(filename).resolve()), "?")
+
+
+def load_inventory(inventory_path: Path, overrides: dict | None = None, group_data: Path | None = None):
+    """pyinfra's own Inventory of an inventory file, made by pyinfra's own loader exactly as
+    `pyinfra INVENTORY deploy.py` makes it in the current folder: every group of the file, group_data/ of the
+    current folder and of the inventory's folder (and group_data, as --group-data), --data overrides.
+    A file that does not run is one SettingsError naming its file and line."""
+    from pyinfra.api import State
+    from pyinfra.context import ctx_state
+
+    inventory_mod, util = _quiet_import()
+    from pyinfra_cli.exceptions import UnexpectedExternalError
+
+    path = Path(inventory_path)
     if not path.is_file():
-        return {}
+        raise SettingsError(f"{path}: no such file: expected an inventory file (see inventory.py)")
+    util.PYTHON_CODES.clear()  # pyinfra compiles each file once a process: a file may have changed since
     try:
-        names = runpy.run_path(str(path))
+        with ctx_state.use(State()):  # pyinfra's loader notes the file it runs on the current State
+            return inventory_mod.make_inventory(str(path), override_data=dict(overrides or {}), cwd=os.getcwd(),
+                                                group_data_directories=[str(group_data)] if group_data else None)
     except SyntaxError as error:
-        raise SettingsError(f"{path}:{error.lineno}: {error.msg}: expected Python (name = value lines)") from None
-    except SettingsError:
-        raise
-    except Exception as error:  # the file ran and raised: name its line, not a traceback
-        import traceback
-
-        line = next((f.lineno for f in reversed(traceback.extract_tb(error.__traceback__))
-                     if Path(f.filename).resolve() == path.resolve()), "?")
-        raise SettingsError(f"{path}:{line}: {type(error).__name__}: {error}: expected Python that runs "
-                            "(name = value lines)") from None
-    return {k: v for k, v in names.items()
-            if not k.startswith("__") and not isinstance(v, (types.ModuleType, types.FunctionType, type))}
-
-
-def read_inventory(inventory_path: Path) -> dict[str, list[tuple[str, dict]]]:
-    """{"coordinator": [(name, host data)], "workers": [...]} from an inventory file."""
-    data = _python_data(inventory_path)
-    return {group: [(h, {}) if isinstance(h, str) else (h[0], dict(h[1])) for h in data.get(group, [])]
-            for group in ("coordinator", "workers")}
+        raise SettingsError(f"{error.filename}:{error.lineno}: {error.msg}: expected Python (name = value lines)") from None
+    except UnexpectedExternalError as wrapped:
+        error = wrapped.exception
+        if isinstance(error, SettingsError):  # group_data's YAML loader says what is wrong itself
+            raise error from None
+        raise SettingsError(f"{wrapped.filename}:{_error_line(error, wrapped.filename)}: {type(error).__name__}: "
+                            f"{error}: expected Python that runs (name = value lines)") from None
 
 
 def write_ssh_config(inventory: Path, directory: Path) -> Path:
-    """An ssh_config with one Host block per inventory host, from its ssh_* data: for testinfra (which
-    ignores --ssh-extra-args) and `bench`, to reach the hosts the way pyinfra does."""
+    """An ssh_config with one Host block per inventory host, from its ssh_* data as pyinfra sees it: for
+    testinfra (which ignores --ssh-extra-args) and `bench`, to reach the hosts the way pyinfra does."""
     blocks = []
-    for hosts in read_inventory(inventory).values():
-        for name, data in hosts:
-            block = [f"Host {name}", f"  HostName {name}", f"  User {data.get('ssh_user', 'root')}",
-                     f"  Port {data.get('ssh_port', 22)}", "  BatchMode yes"]
-            if data.get("ssh_key"):
-                block += [f"  IdentityFile {data['ssh_key']}", "  IdentitiesOnly yes"]
-            if data.get("ssh_known_hosts_file"):
-                block.append(f"  UserKnownHostsFile {data['ssh_known_hosts_file']}")
-            if data.get("ssh_strict_host_key_checking"):
-                block.append(f"  StrictHostKeyChecking {data['ssh_strict_host_key_checking']}")
-            blocks.append("\n".join(block))
+    for host in load_inventory(inventory):
+        data = host.data
+        block = [f"Host {host.name}", f"  HostName {data.get('ssh_hostname') or host.name}",
+                 f"  User {data.get('ssh_user') or 'root'}", f"  Port {data.get('ssh_port') or 22}", "  BatchMode yes"]
+        if data.get("ssh_key"):
+            block += [f"  IdentityFile {data.get('ssh_key')}", "  IdentitiesOnly yes"]
+        if data.get("ssh_known_hosts_file"):
+            block.append(f"  UserKnownHostsFile {data.get('ssh_known_hosts_file')}")
+        if data.get("ssh_strict_host_key_checking"):
+            block.append(f"  StrictHostKeyChecking {data.get('ssh_strict_host_key_checking')}")
+        blocks.append("\n".join(block))
     path = directory / "ssh_config"
     path.write_text("\n\n".join(blocks) + "\n")
     return path
-
-
-def group_data_for(inventory_path: Path) -> Path:
-    """The group_data/ folder that goes with an inventory: beside it, in the current folder, or the checkout's."""
-    for folder in (Path(inventory_path).resolve().parent, Path.cwd(), PROJECT):
-        if (folder / "group_data").is_dir():
-            return folder / "group_data"
-    return PROJECT / "group_data"
 
 
 @contextlib.contextmanager
@@ -157,28 +174,13 @@ def ssh_runner(inventory: Path):
 
 def offline_cluster(inventory_path: Path, group_data: Path | None = None,
                     overrides: dict | None = None) -> Cluster:
-    """The Cluster as deploy.py computes it, read from the files alone (same layers, same checks)."""
-    group_data = group_data or group_data_for(inventory_path)
-    groups = read_inventory(inventory_path)
-    check_inventory_shape(*[[name for name, _ in groups[g]] for g in ROLES], str(inventory_path))
-    all_data = _python_data(group_data / "all.py")
-    hosts = {}
-    for group, role in ROLES.items():
-        group_layer = (group, _python_data(group_data / f"{group}.py"))
-        hosts[role] = [cluster_.host_plan(name, layers(
-            name, role, overrides=overrides or {}, host_data=data, groups=[group_layer], all_data=all_data,
-            inventory_file=str(inventory_path))) for name, data in groups[group]]
-    return cluster_.build(hosts["coordinator"], hosts["worker"], str(inventory_path))
+    """The Cluster as deploy.py computes it, from pyinfra's own Inventory (load_inventory), before connecting."""
+    return cluster_of(load_inventory(inventory_path, overrides, group_data), str(inventory_path))
 
 
 def data_overrides(items: list[str]) -> dict:
     """--data KEY=VALUE items as pyinfra reads them (its own parse_cli_arg: 999 an int, null None, ...)."""
-    import warnings
-
-    with warnings.catch_warnings():  # pyinfra_cli monkey-patches ssl on import, and says so
-        warnings.simplefilter("ignore")
-        from pyinfra_cli.util import parse_cli_arg
-
+    parse_cli_arg = _quiet_import()[1].parse_cli_arg
     overrides = {}
     for item in items:
         key, eq, raw = item.partition("=")

@@ -304,7 +304,9 @@ def layers(name: str, role: str, *, overrides: dict, host_data: dict, groups: li
     mine = {"coordinator": "coordinator", "worker": "workers"}.get(role, "every host")
     out = [Layer("--data on the command line", dict(overrides)),
            Layer(f"{inventory_file} (host {name})", dict(host_data), mine)]
-    out += [Layer(f"group_data/{group}.py", dict(data), mine) for group, data in reversed(groups) if group != "all"]
+    # group coordinator or workers applies to that role; another group of the inventory may hold hosts of both
+    out += [Layer(f"group_data/{group}.py", dict(data), group if group in ("coordinator", "workers") else "every host")
+            for group, data in reversed(groups) if group != "all"]
     return out + [Layer("group_data/all.py", dict(all_data))]
 
 

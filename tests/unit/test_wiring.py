@@ -80,7 +80,8 @@ def fake_facts(changed: dict[str, set[str]], header: bytes, header_size: int):
     return get_fact
 
 
-def prepare(tmp_path: Path, monkeypatch, changed: dict[str, set[str]], workers_data: dict | None = None) -> State:
+def prepare(tmp_path: Path, monkeypatch, changed: dict[str, set[str]], workers_data: dict | None = None,
+            extra: str = "") -> State:
     """deploy.py through pyinfra's prepare stage, as its CLI does it (pyinfra_cli/cli.py), the facts faked."""
     from pyinfra_cli.inventory import make_inventory
     from pyinfra_cli.util import load_deploy_file
@@ -88,7 +89,7 @@ def prepare(tmp_path: Path, monkeypatch, changed: dict[str, set[str]], workers_d
     header = write_shaped(tmp_path / "model.gguf", arch="llama", n_layer=8, n_embd=512, n_head=8, n_head_kv=4,
                           head_dim=64, n_ff=1024, n_vocab=1000).read_bytes()
     key = tmp_path / "state" / "transfer_ed25519"
-    key.parent.mkdir()
+    key.parent.mkdir(parents=True)
     key.write_text("fake private key\n")
     key.with_suffix(".pub").write_text("ssh-ed25519 AAAA fake\n")
     monkeypatch.setattr(deployment, "transfer_key", lambda *a, **k: key)
@@ -98,7 +99,7 @@ def prepare(tmp_path: Path, monkeypatch, changed: dict[str, set[str]], workers_d
         'LAB = {"image_backend": "cpu", "llama_model_path": "%s", "llama_cpp_source": "%s"}\n'
         'coordinator = [("%s", LAB)]\nworkers = [%s]\n'
         % (MODEL, tmp_path / "llama.cpp.tar.gz", COORDINATOR,
-           ", ".join(f'("{w}", {workers_data.get(w, {})!r})' for w in WORKERS)))
+           ", ".join(f'("{w}", {workers_data.get(w, {})!r})' for w in WORKERS)) + extra)
     (tmp_path / "llama.cpp.tar.gz").write_bytes(b"not really a tarball")
     monkeypatch.setattr(Host, "get_fact", fake_facts(changed, header, 4_000_000))
     monkeypatch.setattr(pyinfra, "is_cli", True)  # operations ordered by the lines that create them, as in the CLI
@@ -148,3 +149,23 @@ def test_a_worker_with_its_own_thread_count_orders_too(tmp_path, monkeypatch):
     state = prepare(tmp_path, monkeypatch, changed, workers_data={WORKERS[0]: {"rpc_threads": 2}})
     assert state.get_op_order()
     assert sorted(state.llama_rpc_run.worker_services) == sorted(WORKERS)
+
+
+def test_an_extra_group_reads_the_same_in_the_deploy_and_the_commands(tmp_path, monkeypatch):
+    """A host in a group of its own (`big`, with group_data/big.yml beside the inventory): the deploy, and
+    `plan`, `status`, the preflight and testinfra (deployment.offline_cluster) see the same settings."""
+    from llama_rpc_deploy.deployment import offline_cluster
+
+    group_data = tmp_path / "group_data"
+    group_data.mkdir(parents=True)
+    (group_data / "big.py").write_text((PROJECT / "group_data" / "all.py").read_text())  # the YAML loader
+    (group_data / "big.yml").write_text("llama_ctx_size: 8192\nrpc_threads: 3\n")
+    state = prepare(tmp_path, monkeypatch, {}, extra=f'big = ["{COORDINATOR}", "{WORKERS[1]}"]\n')
+    deployed = state.llama_rpc_run.deployment.cluster
+    offline = offline_cluster(tmp_path / "inventory.py")
+    assert deployed.settings["llama_ctx_size"] == offline.settings["llama_ctx_size"] == 8192
+    assert [h.settings["rpc_threads"] for h in offline.workers] == [h.settings["rpc_threads"] for h in deployed.workers]
+    assert [h.settings["rpc_threads"] for h in offline.workers][1] == 3
+    assert offline.coordinator.origins["llama_ctx_size"].startswith("group_data/big.yml:1")
+    for mine, theirs in zip(offline.hosts, deployed.hosts):
+        assert (mine.name, mine.settings) == (theirs.name, theirs.settings)

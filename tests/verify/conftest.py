@@ -17,7 +17,7 @@ import testinfra
 
 from llama_rpc_deploy.gguf_header import read_remote_model
 from llama_rpc_deploy.plan import plan_cluster
-from llama_rpc_deploy.deployment import from_cluster, offline_cluster, read_inventory, write_ssh_config
+from llama_rpc_deploy.deployment import from_cluster, load_inventory, offline_cluster, write_ssh_config
 from llama_rpc_deploy.facts import GgufHeader
 
 
@@ -75,7 +75,7 @@ def pytest_generate_tests(metafunc):
     """Tests that take `worker` run once per worker in the inventory."""
     if "worker_name" in metafunc.fixturenames:
         inventory = _inventory_path(metafunc.config)
-        names = [name for name, _ in read_inventory(inventory)["workers"]] if inventory.is_file() else []
+        names = [h.name for h in load_inventory(inventory).get_group("workers", [])] if inventory.is_file() else []
         metafunc.parametrize("worker_name", names)
 
 
