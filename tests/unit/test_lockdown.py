@@ -1,5 +1,6 @@
 """Rendering of the locked-down setup: firewall rule, API key as a file, unprivileged containers."""
 import os
+import shlex
 
 import pytest
 
@@ -22,9 +23,21 @@ def key_file(tmp_path, mode=0o600, key=KEY):
     return str(path)
 
 
+def _env(text: str) -> dict[str, str]:
+    """A program's environment file (KEY=value lines, values quoted for the shell) as a dict."""
+    return dict(line.split("=", 1) for line in shlex.split(text, comments=True))
+
+
 def test_firewall_admits_the_coordinator_only_by_default():
     c = cluster()
+    assert c.coordinator.address == "10.0.0.10"
     files = firewall_files(c, c.workers[0])
+    env = _env(files["/opt/llama-rpc/rpc-firewall.env"])
+    # exactly the coordinator's address: no other source, no network, nothing over IPv6
+    assert (env["ALLOW_IPV4"].split(), env["ALLOW_IPV6"].split()) == (["10.0.0.10"], []), \
+        f"the default firewall admits {env['ALLOW_IPV4']!r} (IPv4) and {env['ALLOW_IPV6']!r} (IPv6), not the coordinator only"
+    script = worker_files(c, c.workers[0], IMAGE)["/opt/llama-rpc/rpc-server.sh"]
+    assert "rpc-firewall.sh admits only 10.0.0.10.\n" in script
     unit = files[f"/etc/systemd/system/{FIREWALL_UNIT}"]
     assert "Before=network-pre.target rpc-server.service" in unit and "WantedBy=multi-user.target" in unit
     rpc_unit = worker_files(c, c.workers[0], IMAGE)[f"/etc/systemd/system/{WORKER_UNIT}"]

@@ -3,6 +3,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from llama_rpc_deploy import run as run_module
 from llama_rpc_deploy.deployment import from_cluster
 from llama_rpc_deploy.run import Run
 
@@ -50,6 +51,31 @@ def test_no_workers_recorded_means_no_restart(run):
 def test_rollback_only_after_a_failed_health_check(run, check, failed):
     run.health_check = check
     assert run.health_failed() is failed
+
+
+def test_run_of_builds_one_run_per_pyinfra_state(run, monkeypatch):
+    """Every host's deploy.py calls Run.of: the first builds the Run (settings checked, source hashed),
+    the others get that same object, so what one host's operations record the others see."""
+    built = []
+
+    def from_pyinfra(inventory, inventory_file="inventory.py"):
+        built.append(inventory)
+        return run.deployment
+    monkeypatch.setattr(run_module, "from_pyinfra", from_pyinfra)
+
+    class State:  # a fresh pyinfra State: nothing attached yet
+        pass
+    first, second = State(), State()
+    a = Run.of(first, inventory="inventory")
+    assert isinstance(a, Run) and a.deployment is run.deployment
+    again = Run.of(first, inventory="inventory")  # the second host's deploy.py
+    assert again is a, "Run.of gave a second Run for the same pyinfra state (not cached on it)"
+    assert built == ["inventory"], f"Run.of built the Run {len(built)} times for one pyinfra state"
+    b = Run.of(second, inventory="other")  # another pyinfra run gets its own
+    assert b is not a, "a second pyinfra state got the first state's Run"
+    assert built == ["inventory", "other"]
+    assert Run.of(second, inventory="other") is b and Run.of(first, inventory="inventory") is a
+    assert len(built) == 2, f"Run.of built {len(built)} Runs for two pyinfra states"
 
 
 def test_one_run_per_pyinfra_state_and_the_split_reaches_every_later_phase(run):

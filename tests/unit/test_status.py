@@ -1,5 +1,10 @@
 """`status`: what one host's script prints, read into the table (the lab test runs it for real)."""
-from llama_rpc_deploy import status
+import re
+import shlex
+
+import pytest
+
+from llama_rpc_deploy import render, status
 
 from .helpers import cluster
 
@@ -79,3 +84,67 @@ def test_each_host_gets_the_script_of_its_role():
     assert "rpc-cache-prune.timer" in worker and "/var/cache/llama-rpc/rpc" in worker and "== log" not in worker
     coordinator = status.host_script(c.coordinator, "coordinator")
     assert "llama-server.service" in coordinator and "buffer size|CLIP using" in coordinator
+
+
+# What the deploy installs and starts per role (llama_rpc_deploy/phases/services.py): the firewall only
+# with rpc_firewall; the cache prune runs from its timer, so the timer is what status asks about.
+DEPLOYED_UNITS = {
+    "coordinator": [render.COORDINATOR_UNIT, render.WATCHDOG_UNIT],
+    "worker": [render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, render.FIREWALL_UNIT, render.CACHE_PRUNE_TIMER],
+    "worker without rpc_firewall": [render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, render.CACHE_PRUNE_TIMER],
+}
+
+
+def _asked_units(script: str) -> list[str]:
+    """The units a host script asks systemctl about, each under its own '== unit' section."""
+    asked = []
+    for line in script.splitlines():
+        if "systemctl is-active" in line:
+            section = re.search(r"echo '== unit ([^']+)'", line)
+            unit = shlex.split(line.split("systemctl is-active", 1)[1])[0]
+            assert section and section.group(1) == unit, f"systemctl is-active {unit} outside its own section: {line}"
+            asked.append(unit)
+    return asked
+
+
+def _run(script: str, state: str = "active") -> str:
+    """What the script prints on a host where every unit it asks about is in `state`."""
+    return "".join(f"== unit {u}\n{state}\n" for u in _asked_units(script)) + "== crashes\n== watchdog\n"
+
+
+@pytest.mark.parametrize("role,firewall,expected", [
+    ("coordinator", True, DEPLOYED_UNITS["coordinator"]),
+    ("worker", True, DEPLOYED_UNITS["worker"]),
+    ("worker", False, DEPLOYED_UNITS["worker without rpc_firewall"]),
+])
+def test_status_asks_about_every_unit_the_deploy_installs(role, firewall, expected):
+    c = cluster(workers=[{"rpc_firewall": firewall}])
+    host = c.coordinator if role == "coordinator" else c.workers[0]
+    script = status.host_script(host, role)
+    asked = _asked_units(script)
+    skipped, added = sorted(set(expected) - set(asked)), sorted(set(asked) - set(expected))
+    assert not skipped and not added, f"the {role}'s status script skips {skipped}, adds {added}"
+    assert len(asked) == len(set(asked)), f"a unit asked about twice: {asked}"
+    reported = status.parse(host.name, role, _run(script))
+    units = [s.unit for s in reported.services]
+    assert sorted(units) == sorted(expected), f"parse() reports {units} of the {role}'s {expected}"
+    assert reported.ok
+    for unit in expected:  # any one of them down: the host is not well
+        down = status.parse(host.name, role, _run(script).replace(f"== unit {unit}\nactive", f"== unit {unit}\nfailed"))
+        assert not down.ok, f"{unit} failed and status still says {host.name} is well"
+        assert [s.state for s in down.services if s.unit == unit] == ["failed"]
+
+
+def test_the_deployed_units_are_the_ones_render_writes():
+    """Every systemd unit rendered for a role is in DEPLOYED_UNITS (or is started by one of them)."""
+    c = cluster(workers=[{"rpc_firewall": True}])
+    w = c.workers[0]
+    started_by_a_timer = {render.CACHE_PRUNE_UNIT}
+
+    def units(files):
+        return {path.rsplit("/", 1)[1] for path in files if path.startswith(render.UNIT_DIR + "/")}
+    worker = units({**render.worker_files(c, w, "img"), **render.firewall_files(c, w),
+                    **render.worker_watchdog_files(w), **render.cache_prune_files(w)})
+    coordinator = units({**render.coordinator_files(c, "img"), **render.watchdog_files(c)})
+    assert worker - started_by_a_timer == set(DEPLOYED_UNITS["worker"])
+    assert coordinator == set(DEPLOYED_UNITS["coordinator"])
