@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llama_rpc_deploy import lab  # noqa: E402
+from lab import lab  # noqa: E402
 
 COORDINATOR = f"{lab.PREFIX}-coordinator"
 WHEEL_CACHE = lab.CACHE / "image-size" / "wheels.json"

@@ -25,10 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.suite import deploy, lab_hosts, limit_links, on, sh  # noqa: E402
-from llama_rpc_deploy import client, lab, render  # noqa: E402
+from lab import lab  # noqa: E402
+from llama_rpc_deploy import client, render  # noqa: E402
 from llama_rpc_deploy.bench import time_to_first_token  # noqa: E402
 from llama_rpc_deploy.deployment import offline_cluster  # noqa: E402
-from llama_rpc_deploy.testmodel import Shape, write_model  # noqa: E402
+from lab.testmodel import Shape, write_model  # noqa: E402
 
 FOLDER = "/models/switch"
 SHAPE = Shape(n_layer=8, n_embd=2048, n_head=16, n_head_kv=8, n_ff=5632)  # FFN tensors 23 MB each

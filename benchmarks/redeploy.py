@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llama_rpc_deploy import lab  # noqa: E402
+from lab import lab  # noqa: E402
 from llama_rpc_deploy.__main__ import complete  # noqa: E402
 from llama_rpc_deploy.deployment import from_cluster, offline_cluster  # noqa: E402
 

@@ -11,7 +11,7 @@
   4. first token after idle sleep (the model reloads) with and without rpc-server's tensor cache,
      over the 1 Gbit/s links, with a larger model (its FFN tensors pass the 10 MiB hash threshold)
   5. f16 against q8_0 KV cache at a long context (a ~3000-token prompt)
-The lab runs one worker here (the seed's pair). Writes the figures to docs/benchmarks.md and prints JSON.
+The lab runs one worker here (as the RTX 4080 + RTX 5060 Ti pair has one). Writes the figures to docs/benchmarks.md and prints JSON.
 """
 from __future__ import annotations
 
@@ -27,10 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llama_rpc_deploy import client, lab, transfer  # noqa: E402
+from lab import lab  # noqa: E402
+from llama_rpc_deploy import client, transfer  # noqa: E402
 from llama_rpc_deploy.bench import PROMPT, sleeping, time_to_first_token  # noqa: E402
 from llama_rpc_deploy.deployment import from_cluster, offline_cluster, write_ssh_config  # noqa: E402
-from llama_rpc_deploy.testmodel import Shape, write_model  # noqa: E402
+from lab.testmodel import Shape, write_model  # noqa: E402
 
 LINK = "1gbit"
 LINK_BYTES_PER_S = 125_000_000
@@ -265,7 +266,7 @@ def limits(results: dict) -> str:
         out.append(f"- Split against one host: the split costs {overhead:.2f} ms more per token ({1000 / d['single_host_tokens_per_s']:.2f} ms "
                    "on one host): the RPC round trips of each token through two network namespaces, a Linux bridge and "
                    "the tbf qdisc. The test model computes a token in about 2 ms, so this fixed cost weighs heavily; "
-                   f"at the seed's 26 tokens/s (38 ms a token) the same {overhead:.2f} ms would be "
+                   f"at the RTX 4080 + RTX 5060 Ti pair's 26 tokens/s (38 ms a token) the same {overhead:.2f} ms would be "
                    f"{38 / (38 + overhead):.2f}x (arithmetic, not a measurement).")
     d = results.get("4_reload_after_sleep")
     if d:

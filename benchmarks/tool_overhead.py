@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.suite import deploy, generation_tps, lab_hosts, on  # noqa: E402
-from llama_rpc_deploy import client, lab, render  # noqa: E402
+from lab import lab  # noqa: E402
+from llama_rpc_deploy import client, render  # noqa: E402
 from llama_rpc_deploy.cluster import SERVICE_USER  # noqa: E402
 from llama_rpc_deploy.deployment import from_cluster, offline_cluster  # noqa: E402
 from llama_rpc_deploy.loadtest import until_serving  # noqa: E402

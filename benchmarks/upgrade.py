@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.suite import LINK, deploy, lab_hosts, limit_links, on  # noqa: E402
-from llama_rpc_deploy import facts, lab, transfer  # noqa: E402
+from lab import lab  # noqa: E402
+from llama_rpc_deploy import facts, transfer  # noqa: E402
 from llama_rpc_deploy.deployment import from_cluster, offline_cluster  # noqa: E402
 
 UNRELATED = ("sha256:" + "0" * 64,)

@@ -26,7 +26,6 @@ plan           - the capacity planner; gguf_header reads what it needs from a GG
 status         - every host's services, restarts and their cause, cache, load report (load_report)
 bench, client  - tokens/s against the planner's ceiling; requests to llama-server
 loadtest       - concurrent clients, time until serving again (tests, bench)
-lab            - the local lab: containers that behave like real hosts
-testmodel      - small llama GGUFs for the lab and the tests (one answers a known sentence, split or whole)
-testprojector  - a small vision projector (mmproj) for the sentence model
+Not in the package: lab/ at the top of the checkout (lab.lab, lab.testmodel, lab.testprojector): the local
+lab (containers that behave like real hosts) and the small GGUFs it and the tests generate.
 """

@@ -15,6 +15,7 @@
                            exits 1 when something is wrong
   settings [--write-readme]  the settings table (Markdown), from the schema
   testmodel OUT.gguf       write a small random-weight llama GGUF
+lab and testmodel run in a checkout (its lab/ folder is not installed with the package).
 """
 from __future__ import annotations
 
@@ -23,14 +24,37 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import client, gguf_header, lab, plan, settings
+from . import client, gguf_header, plan, settings
 from .deployment import data_overrides, offline_cluster
 from .settings import SettingsError
-from .testmodel import main as model_main
 
 
 def complete(inventory: Path, prompt: str, n_predict: int, timeout: float = 300, model: str | None = None) -> dict:
     return client.complete(offline_cluster(inventory), prompt, n_predict, timeout=timeout, model=model)
+
+
+def find_checkout(start: Path | None = None) -> Path | None:
+    """The checkout that holds the lab: the current folder or the first one above it with
+    lab/host.Dockerfile and lab/lab.py in it."""
+    start = (start or Path.cwd()).resolve()
+    for folder in (start, *start.parents):
+        if (folder / "lab" / "host.Dockerfile").is_file() and (folder / "lab" / "lab.py").is_file():
+            return folder
+    return None
+
+
+def checkout_module(name: str, usage: str):
+    """lab.lab or lab.testmodel, imported from the checkout (put on sys.path when it is not there, as
+    for the installed `llama-rpc` command run in a checkout); None, with one line said, outside one."""
+    checkout = find_checkout()
+    if checkout is None:
+        print(f"error: {usage.split()[0]} needs a checkout of llama-rpc-deploy (its lab/ folder is not "
+              f"installed with the package): run `python3 -m llama_rpc_deploy {usage}` there", file=sys.stderr)
+        return None
+    if str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    import importlib
+    return importlib.import_module(name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "lab":
+            lab = checkout_module("lab.lab", f"lab {args.action}")
+            if lab is None:
+                return 2
             if args.action == "up":
                 print(lab.up(workers=args.workers))
             elif args.action == "down":
@@ -86,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"(prompt {t.get('prompt_n', 0)} tokens at {t.get('prompt_per_second', 0):.1f} tokens/s)")
         elif args.command == "bench":
             from . import bench
+            if args.png and not bench.can_plot():  # said now, not after the measurements
+                print(f"error: {bench.PLOT_HINT}", file=sys.stderr)
+                return 2
             streams = [int(n) for n in args.streams.split(",")]
             result = bench.run(args.inventory, offline_cluster(args.inventory), streams, args.model, args.json,
                                args.png, args.sleep_wait)
@@ -139,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(settings.settings_table())
         elif args.command == "testmodel":
-            model_main(args.rest)
+            testmodel = checkout_module("lab.testmodel", "testmodel OUT.gguf")
+            if testmodel is None:
+                return 2
+            testmodel.main(args.rest)
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -133,6 +133,15 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+PLOT_HINT = "bench --png needs matplotlib: pip install 'llama-rpc-deploy[plot]'"
+
+
+def can_plot() -> bool:
+    """Whether matplotlib (the package's `plot` extra) is installed: --png needs it."""
+    import importlib.util
+    return importlib.util.find_spec("matplotlib") is not None
+
+
 def plot(result: dict, path: Path, title: str = "llama-rpc-deploy bench") -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -159,6 +168,8 @@ def plot(result: dict, path: Path, title: str = "llama-rpc-deploy bench") -> Non
 
 def run(inventory: Path, cluster: Cluster, streams, model: Path | None, json_out: Path | None,
         png_out: Path | None, sleep_wait: float = 300) -> dict:
+    if png_out and not can_plot():  # before minutes of measuring, not after
+        raise ValueError(PLOT_HINT)
     plan = plan_cluster(cluster, model_header(cluster, inventory, model))
     result = measure(cluster, streams=streams, ceiling=plan.tokens_per_s or None, sleep_wait=sleep_wait)
     result["tensor_cache"] = {name: (size, cluster.host(name).settings["rpc_cache_max_gib"] * 2 ** 30)

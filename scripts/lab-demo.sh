@@ -8,4 +8,4 @@ scripts/setup-machine.sh
 python3 -m llama_rpc_deploy lab up --workers "$workers"
 pyinfra -y .lab/inventory.py deploy.py
 python3 -m llama_rpc_deploy complete -i .lab/inventory.py --prompt "${PROMPT:-Two computers, one model:}" -n 32
-echo "chat page: http://$(python3 -c 'from llama_rpc_deploy import lab; print(lab.ip_of(0))'):8080/  (API key: $(pwd)/.lab/api_key)"
+echo "chat page: http://$(python3 -c 'from lab import lab; print(lab.ip_of(0))'):8080/  (API key: $(pwd)/.lab/api_key)"

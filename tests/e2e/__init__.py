@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from llama_rpc_deploy import lab
+from lab import lab
 from llama_rpc_deploy.deployment import PROJECT
 
 needs_docker = pytest.mark.skipif(

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from llama_rpc_deploy import lab
-from llama_rpc_deploy.deployment import PROJECT, read_inventory
+from lab import lab
+from llama_rpc_deploy.deployment import PROJECT, load_inventory
 
 from . import WORKERS, needs_docker, snapshot
 
@@ -36,7 +36,7 @@ def base():
 def refused_untouched(case: Bad, base, tmp_path) -> str:
     """Run the deploy with the case's inventory: it must exit 1 with the case's words and leave every
     host as it was. Returns pyinfra's output."""
-    hosts = read_inventory(base)
+    hosts = load_inventory(base)
     inventory = write_case(base, case, tmp_path / "inventory.py")
     before = snapshot()
     result = subprocess.run(["pyinfra", "-y", str(inventory), "deploy.py"], cwd=PROJECT,
@@ -44,7 +44,7 @@ def refused_untouched(case: Bad, base, tmp_path) -> str:
     after = snapshot()
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-3000:]
-    for words in expected_words(case, inventory, hosts["coordinator"][0][0], hosts["workers"][0][0]):
+    for words in expected_words(case, inventory, hosts.get_group("coordinator")[0].name, hosts.get_group("workers")[0].name):
         assert words in output
     assert after == before
     return output

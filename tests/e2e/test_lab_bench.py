@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from llama_rpc_deploy import lab
+from lab import lab
 from llama_rpc_deploy.deployment import PROJECT
 
 from . import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra

@@ -20,7 +20,7 @@ import urllib.request
 
 import pytest
 
-from llama_rpc_deploy import lab
+from lab import lab
 from llama_rpc_deploy.deployment import PROJECT
 
 from . import WORKERS, needs_docker, operations, pyinfra

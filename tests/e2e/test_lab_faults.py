@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from llama_rpc_deploy import lab
+from lab import lab
 from llama_rpc_deploy.deployment import PROJECT, from_cluster
 from llama_rpc_deploy.loadtest import run_load, until_serving
 

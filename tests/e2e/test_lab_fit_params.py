@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from gguf import GGUFReader
 
-from llama_rpc_deploy import lab
+from lab import lab
 from llama_rpc_deploy.deployment import from_cluster
 from llama_rpc_deploy.gguf_header import read_model
 

@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from llama_rpc_deploy import facts, lab, transfer
+from lab import lab
+from llama_rpc_deploy import facts, transfer
 from llama_rpc_deploy.deployment import from_cluster
 from llama_rpc_deploy.quoting import shell
 

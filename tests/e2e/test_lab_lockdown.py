@@ -14,10 +14,11 @@ import time
 
 import pytest
 
-from llama_rpc_deploy import client, lab
+from lab import lab
+from llama_rpc_deploy import client
 from llama_rpc_deploy.deployment import offline_cluster
 from llama_rpc_deploy.loadtest import until_serving
-from llama_rpc_deploy.cluster_checks import api_key
+from llama_rpc_deploy.cluster import api_key
 from llama_rpc_deploy.render import FIREWALL_CHAIN
 
 from . import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra

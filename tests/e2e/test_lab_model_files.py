@@ -15,13 +15,14 @@ import pytest
 from matplotlib import image as mpimg
 from openai import OpenAI
 
-from llama_rpc_deploy import client, lab, load_report
-from llama_rpc_deploy.cluster_checks import api_key
+from lab import lab
+from llama_rpc_deploy import client, load_report
+from llama_rpc_deploy.cluster import api_key
 from llama_rpc_deploy.deployment import offline_cluster
 from llama_rpc_deploy.gguf_header import projector_bytes, read_model
 from llama_rpc_deploy.plan import MIB, plan_cluster
-from llama_rpc_deploy.testmodel import PROMPT, SENTENCE, sentence_tokens, write_sentence_model
-from llama_rpc_deploy.testprojector import write_projector
+from lab.testmodel import PROMPT, SENTENCE, sentence_tokens, write_sentence_model
+from lab.testprojector import write_projector
 
 from . import INVENTORY, deployed_and_serving, needs_docker, on, operations, pyinfra
 

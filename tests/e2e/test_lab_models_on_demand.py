@@ -11,11 +11,12 @@ import time
 
 import pytest
 
-from llama_rpc_deploy import client, lab, load_report
+from lab import lab
+from llama_rpc_deploy import client, load_report
 from llama_rpc_deploy.deployment import offline_cluster
 from llama_rpc_deploy.gguf_header import read_model
 from llama_rpc_deploy.plan import MIB, plan_cluster
-from llama_rpc_deploy.testmodel import PROMPT, PROMPT_2, SENTENCE, SENTENCE_2, write_sentence_model
+from lab.testmodel import PROMPT, PROMPT_2, SENTENCE, SENTENCE_2, write_sentence_model
 
 from . import INVENTORY, changed, deployed_and_serving, needs_docker, on, operations, pyinfra
 from .test_lab_model_files import api

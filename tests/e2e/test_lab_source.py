@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from llama_rpc_deploy import lab
+from lab import lab
 from llama_rpc_deploy.deployment import STATE as CONTROL_STATE
 from llama_rpc_deploy.phases.build import FIRST_LOOK_SECONDS
 from llama_rpc_deploy.settings import DEFAULTS

@@ -19,9 +19,9 @@ import pytest
 from openai import OpenAI
 
 from llama_rpc_deploy import client
-from llama_rpc_deploy.cluster_checks import api_key
+from llama_rpc_deploy.cluster import api_key
 from llama_rpc_deploy.deployment import from_cluster
-from llama_rpc_deploy.testmodel import PROMPT, SENTENCE, sentence_tokens, tokenize
+from lab.testmodel import PROMPT, SENTENCE, sentence_tokens, tokenize
 
 from . import deployed_and_serving, needs_docker, on
 

@@ -112,7 +112,7 @@ def test_plan_plans_every_model_with_its_own_settings(tmp_path, capsys):
     import json
 
     from llama_rpc_deploy.__main__ import main
-    from llama_rpc_deploy.testmodel import PROMPT_2, SENTENCE_2, write_sentence_model
+    from lab.testmodel import PROMPT_2, SENTENCE_2, write_sentence_model
 
     inventory = tmp_path / "inventory.py"
     inventory.write_text('coordinator = [("10.0.0.10", {"gpus": ["RTX 4080"]})]\n'
@@ -160,7 +160,7 @@ def test_two_files_of_one_name_are_refused():
 
 def test_plan_reads_the_folder_here(tmp_path, capsys):
     from llama_rpc_deploy.__main__ import main
-    from llama_rpc_deploy.testmodel import PROMPT_2, SENTENCE_2, write_sentence_model
+    from lab.testmodel import PROMPT_2, SENTENCE_2, write_sentence_model
 
     inventory = tmp_path / "inventory.py"
     inventory.write_text('coordinator = [("10.0.0.10", {"gpus": ["RTX 4080"]})]\n'

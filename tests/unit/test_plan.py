@@ -206,7 +206,7 @@ def test_the_plan_says_how_much_context_each_request_gets(gemma27b):
 
 
 def test_a_split_model_is_read_from_every_shard_and_a_missing_one_is_named(tmp_path):
-    from llama_rpc_deploy.testmodel import write_sentence_model
+    from lab.testmodel import write_sentence_model
 
     whole = read_model(write_sentence_model(tmp_path / "whole" / "m.gguf"))
     first = write_sentence_model(tmp_path / "split" / "m.gguf", split_max_tensors=30)

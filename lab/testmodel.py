@@ -12,7 +12,7 @@ layers across RPC devices and generates tokens.
   servers that split the model differently must therefore agree token for token, and a wrong split
   (a layer skipped, a tensor garbled on its way to a worker) shows up as different text.
 
-    python -m llama_rpc_deploy.testmodel OUT.gguf [--n-layer 8 --n-embd 512 ...] [--sentence]
+    python -m lab.testmodel OUT.gguf [--n-layer 8 --n-embd 512 ...] [--sentence]
 """
 from __future__ import annotations
 

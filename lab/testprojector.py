@@ -11,7 +11,7 @@ Shape (VisionShape): 64x64 images in 16x16 patches (16 image tokens), hidden 128
 FFN 512, 2 blocks (the llava graph runs all but the last: the LLaVA "second to last layer"
 feature), projector 128 -> n_embd_text -> n_embd_text. About 1.7 MB with n_embd_text 512.
 
-    python -m llama_rpc_deploy.testprojector OUT.gguf [--n-embd-text 512] [--seed 1234]
+    python -m lab.testprojector OUT.gguf [--n-embd-text 512] [--seed 1234]
 """
 from __future__ import annotations
 

@@ -28,11 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from .settings import BY_NAME
-from .source import sha256_file
+from llama_rpc_deploy.settings import BY_NAME
+from llama_rpc_deploy.source import sha256_file
+
 from .testmodel import Shape, write_sentence_model
 
-from .paths import PROJECT
+PROJECT = Path(__file__).resolve().parent.parent  # the checkout: lab/ sits at its top
 LAB_DIR = PROJECT / ".lab"
 CACHE = PROJECT / ".cache"
 PREFIX = "llama-rpc-lab"
