@@ -228,13 +228,33 @@ CHECKS = (hosts_are_addresses, rpc_servers_bind_ipv4, workers_apart_from_the_coo
           cuda_can_build_every_gpu, firewall_admits_addresses, api_key_file_is_usable, served_models_apart)
 
 
-def build(coordinators: list[HostPlan], workers: list[HostPlan], inventory_file: str = "inventory.py") -> Cluster:
-    """The Cluster, after every check in CHECKS (each raises SettingsError)."""
+# What only a deploy needs: plan is arithmetic, and plans an unedited checkout (--model names the file).
+DEPLOY_ONLY = (model_path_is_set, no_example_addresses)
+
+
+def build(coordinators: list[HostPlan], workers: list[HostPlan], inventory_file: str = "inventory.py",
+          deploying: bool = True) -> Cluster:
+    """The Cluster, after every check in CHECKS (each raises SettingsError); for a plan (deploying=False),
+    less DEPLOY_ONLY's (deploy_only_problems says what they would refuse)."""
     check_inventory_shape([h.name for h in coordinators], [h.name for h in workers], inventory_file)
     cluster = Cluster(coordinator=coordinators[0], workers=tuple(workers))
+    skip = () if deploying else DEPLOY_ONLY
     for check in CHECKS:
-        check(cluster, inventory_file)
+        if check not in skip:
+            check(cluster, inventory_file)
     for name in cluster.served_models():  # each model of llama_models with its own settings
         for check in MODEL_CHECKS:
-            check(cluster.for_model(name), inventory_file)
+            if check not in skip:
+                check(cluster.for_model(name), inventory_file)
     return cluster
+
+
+def deploy_only_problems(cluster: Cluster, inventory_file: str) -> list[str]:
+    """What the deploy would refuse that a plan does not need (DEPLOY_ONLY), one message each."""
+    problems = []
+    for check in DEPLOY_ONLY:
+        try:
+            check(cluster, inventory_file)
+        except SettingsError as error:
+            problems.append(str(error))
+    return problems

@@ -58,7 +58,7 @@ def inventory_file(argv: list[str] = sys.argv) -> str:
     return next((a for a in argv[1:] if a.endswith(".py")), "inventory.py")
 
 
-def cluster_of(inventory, inventory_file: str = "inventory.py") -> Cluster:
+def cluster_of(inventory, inventory_file: str = "inventory.py", deploying: bool = True) -> Cluster:
     """The checked Cluster from pyinfra's Inventory: each host's data in pyinfra's layers (--data, the host's
     own, every group it is in, group_data/all). The deploy and every command read the hosts this one way."""
     def plan(name: str, role: str):
@@ -71,7 +71,7 @@ def cluster_of(inventory, inventory_file: str = "inventory.py") -> Cluster:
     names = {role: [h.name for h in inventory.get_group(group, [])] for group, role in ROLES.items()}
     check_inventory_shape(names["coordinator"], names["worker"], inventory_file)  # before a host's own checks
     hosts = {role: [plan(name, role) for name in names[role]] for role in names}
-    return build(hosts["coordinator"], hosts["worker"], inventory_file)
+    return build(hosts["coordinator"], hosts["worker"], inventory_file, deploying)
 
 
 def from_pyinfra(inventory, inventory_file: str = "inventory.py") -> Deployment:
@@ -172,10 +172,24 @@ def ssh_runner(inventory: Path):
         yield run
 
 
-def offline_cluster(inventory_path: Path, group_data: Path | None = None,
-                    overrides: dict | None = None) -> Cluster:
-    """The Cluster as deploy.py computes it, from pyinfra's own Inventory (load_inventory), before connecting."""
-    return cluster_of(load_inventory(inventory_path, overrides, group_data), str(inventory_path))
+def offline_cluster(inventory_path: Path, group_data: Path | None = None, overrides: dict | None = None,
+                    deploying: bool = True) -> Cluster:
+    """The Cluster as deploy.py computes it, from pyinfra's own Inventory (load_inventory), before connecting;
+    for a plan (deploying=False), without the checks only a deploy needs (cluster_checks.DEPLOY_ONLY)."""
+    return cluster_of(load_inventory(inventory_path, overrides, group_data), str(inventory_path), deploying)
+
+
+EXAMPLE_COORDINATOR, EXAMPLE_WORKERS = "192.0.2.10", "192.0.2.{}"  # RFC 5737, as in inventory.py
+
+
+def gpus_inventory(gpus: list[str], directory: Path) -> Path:
+    """An inventory of one host per GPU, the coordinator's first, at example addresses: `plan --gpus`,
+    with no inventory of one's own (the current folder's group_data still applies)."""
+    hosts = [(EXAMPLE_COORDINATOR, gpus[0])] + [(EXAMPLE_WORKERS.format(20 + i), g) for i, g in enumerate(gpus[1:])]
+    path = Path(directory) / "gpus_inventory.py"
+    path.write_text(f"coordinator = [({hosts[0][0]!r}, {{'gpus': [{hosts[0][1]!r}]}})]\n"
+                    f"workers = [{', '.join(f'({h!r}, {{{chr(39)}gpus{chr(39)}: [{g!r}]}})' for h, g in hosts[1:])}]\n")
+    return path
 
 
 def data_overrides(items: list[str]) -> dict:
