@@ -395,7 +395,7 @@ def plan_cluster(cluster, model: ModelInfo, reported: dict[str, list[int]] | Non
                         f"for: expected at most {model.n_ctx_train} per request (or rope scaling, e.g. --rope-scaling "
                         "yarn, in llama_extra_args)")
     if any(flag in s["llama_extra_args"] for flag in SPECULATIVE_FLAGS):
-        warnings.append("speculative decoding / MTP with RPC devices: measured slower, not faster (seed article)")
+        warnings.append("speculative decoding / MTP with RPC devices: measured slower, not faster on the RTX 4080 + RTX 5060 Ti pair (the article's measurements)")
     largest = {}
     if model.kv_modeled and devices and all(d.vram_bytes for d in devices) and ngl >= model.n_layer + 1:
         largest = {unified: largest_context(model, devices, dataclasses.replace(context, unified=unified), mmproj_bytes)

@@ -84,7 +84,7 @@ def file_is_readable(me, key: str) -> None:
 
 def model_fits(run: Run) -> None:
     """The planner, on each model file's header read from the coordinator (every model of llama_models,
-    with its own settings): refuse what won't fit, warn on what the seed measured slow, and resolve
+    with its own settings): refuse what won't fit, warn on what the article's author measured slow, and resolve
     llama_tensor_split = 'auto'."""
     cluster = run.deployment.cluster
     for name in cluster.model_names():  # one model: no name in the log lines and errors, as before llama_models
