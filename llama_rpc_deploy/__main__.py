@@ -7,9 +7,9 @@
   bench [-i INVENTORY] [--streams 1,2,4] [--json OUT] [--png OUT] [--model LOCAL.gguf]
                            tokens/s for 1 and N parallel streams against the planner's ceiling,
                            time to first token after idle sleep; a table, JSON, a PNG plot
-  plan [-i INVENTORY] [--model LOCAL.gguf] [--mmproj LOCAL.gguf] [--data KEY=VALUE]   (the capacity planner)
-                           per device: layers, weights, KV cache, free memory; the tokens/s ceiling;
-                           exits 2 when something does not fit
+  plan [-i INVENTORY | --gpus GPU...] [--model LOCAL.gguf] [--mmproj LOCAL.gguf] [--data KEY=VALUE]
+                           the capacity planner, offline: per device layers, weights, KV cache, free memory;
+                           the tokens/s ceiling; exits 2 when something does not fit
   status [-i INVENTORY] [--json]  every host's services, restarts and their cause, image, RPC protocol,
                            tensor cache, GPU memory; the load report per device; whether the API answers;
                            exits 1 when something is wrong
@@ -22,11 +22,13 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from . import client, gguf_header, plan, settings
-from .deployment import data_overrides, offline_cluster
-from .settings import SettingsError
+from .cluster_checks import no_example_addresses
+from .deployment import data_overrides, gpus_inventory, offline_cluster
+from .settings import PLACEHOLDER, SettingsError
 
 
 def complete(inventory: Path, prompt: str, n_predict: int, timeout: float = 300, model: str | None = None) -> dict:
@@ -84,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     p_plan.add_argument("--mmproj", type=Path, help="a local copy of llama_mmproj_path's file")
     p_plan.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting for this plan only, as pyinfra's --data takes it (e.g. llama_ctx_size=131072)")
+    p_plan.add_argument("--gpus", nargs="+", metavar="GPU",
+                        help="plan without an inventory: the coordinator's GPU, then one per worker "
+                             '(e.g. --gpus "RTX 4080" "RTX 5060 Ti 16GB"; names from llama_rpc_deploy/gpus.py)')
     p_status = sub.add_parser("status")
     p_status.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
     p_status.add_argument("--json", action="store_true", help="the same, as JSON")
@@ -121,7 +126,15 @@ def main(argv: list[str] | None = None) -> int:
                                args.png, args.sleep_wait)
             print(bench.table(result))
         elif args.command == "plan":
-            cluster = offline_cluster(args.inventory, overrides=data_overrides(args.data))
+            with tempfile.TemporaryDirectory() as tmp:
+                inventory = gpus_inventory(args.gpus, Path(tmp)) if args.gpus else args.inventory
+                # offline arithmetic: an unedited checkout plans (the deploy still refuses what it must)
+                cluster = offline_cluster(inventory, overrides=data_overrides(args.data), deploying=False)
+            try:
+                no_example_addresses(cluster, str(args.inventory))
+            except SettingsError as error:
+                if not args.gpus:
+                    print(f"note: {error} (the deploy refuses them; a plan does not need them)", file=sys.stderr)
             if cluster.settings["llama_models_folder"]:  # the folder's models, as this machine's copy has them
                 folder = Path(cluster.settings["llama_model_path"]).parent
                 if not folder.is_dir():
@@ -134,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
                 view = cluster.for_model(name)
                 default = name == cluster.default_model
                 model = (default and args.model) or Path(view.settings["llama_model_path"])
+                if PLACEHOLDER in str(model):
+                    print(f"error: {view.coordinator.origins['llama_model_path']}: llama_model_path = {str(model)!r}: "
+                          "plan needs the model: pass --model LOCAL.gguf (only its header is read)", file=sys.stderr)
+                    return 2
                 mmproj = (default and args.mmproj) or (view.settings["llama_mmproj_path"]
                                                        and Path(view.settings["llama_mmproj_path"]))
                 read = {}

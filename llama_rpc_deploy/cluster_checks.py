@@ -235,7 +235,7 @@ DEPLOY_ONLY = (model_path_is_set, no_example_addresses)
 def build(coordinators: list[HostPlan], workers: list[HostPlan], inventory_file: str = "inventory.py",
           deploying: bool = True) -> Cluster:
     """The Cluster, after every check in CHECKS (each raises SettingsError); for a plan (deploying=False),
-    less DEPLOY_ONLY's (deploy_only_problems says what they would refuse)."""
+    less DEPLOY_ONLY's."""
     check_inventory_shape([h.name for h in coordinators], [h.name for h in workers], inventory_file)
     cluster = Cluster(coordinator=coordinators[0], workers=tuple(workers))
     skip = () if deploying else DEPLOY_ONLY
@@ -248,13 +248,3 @@ def build(coordinators: list[HostPlan], workers: list[HostPlan], inventory_file:
                 check(cluster.for_model(name), inventory_file)
     return cluster
 
-
-def deploy_only_problems(cluster: Cluster, inventory_file: str) -> list[str]:
-    """What the deploy would refuse that a plan does not need (DEPLOY_ONLY), one message each."""
-    problems = []
-    for check in DEPLOY_ONLY:
-        try:
-            check(cluster, inventory_file)
-        except SettingsError as error:
-            problems.append(str(error))
-    return problems

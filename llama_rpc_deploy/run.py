@@ -19,7 +19,7 @@ class Run:
     run_id: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     # host name -> [(path, the operation that kept the old file as path.previous)]
     replaced: dict[str, list] = field(default_factory=dict)
-    # worker name -> the operation that (re)starts its rpc-server
+    # worker name -> its rpc-server's restart-or-ensure operations (phases/services.Started)
     worker_services: dict[str, object] = field(default_factory=dict)
     health_check: object | None = None  # the coordinator's wait for /health; failed: every host rolls back
 
