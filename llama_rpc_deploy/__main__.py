@@ -27,7 +27,7 @@ from pathlib import Path
 
 from . import client, gguf_header, plan, settings
 from .cluster_checks import no_example_addresses
-from .deployment import data_overrides, gpus_inventory, offline_cluster
+from .deployment import data_overrides, gpus_inventory, group_data_folders, offline_cluster
 from .settings import PLACEHOLDER, SettingsError
 
 
@@ -98,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     p_model.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
 
+    inventory = getattr(args, "inventory", None)
+    if inventory and inventory.is_file() and not getattr(args, "gpus", None) and not group_data_folders(inventory):
+        print(f"note: no group_data/ in {Path.cwd()} or beside {inventory}: only the inventory's settings and the "
+              "defaults apply (run this where you run the deploy)", file=sys.stderr)
     try:
         if args.command == "lab":
             lab = checkout_module("lab.lab", f"lab {args.action}")

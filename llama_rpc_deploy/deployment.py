@@ -109,6 +109,12 @@ def _error_line(error: BaseException, filename: str) -> int | str:
                  if Path(f.filename).resolve() == Path(filename).resolve()), "?")
 
 
+def group_data_folders(inventory_path: Path) -> list[Path]:
+    """The group_data/ folders pyinfra reads for this inventory run from the current folder (those that exist)."""
+    folders = dict.fromkeys((Path.cwd() / "group_data", Path(inventory_path).resolve().parent / "group_data"))
+    return [f for f in folders if f.is_dir()]
+
+
 def load_inventory(inventory_path: Path, overrides: dict | None = None, group_data: Path | None = None):
     """pyinfra's own Inventory of an inventory file, made by pyinfra's own loader exactly as
     `pyinfra INVENTORY deploy.py` makes it in the current folder: every group of the file, group_data/ of the

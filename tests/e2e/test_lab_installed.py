@@ -35,7 +35,8 @@ def cluster():
 
 
 def run(llama_rpc, *args, cwd=None):
-    """From a folder outside the checkout: the installed package, not the checkout's."""
+    """The installed package, not the checkout's (a console script does not put the current folder on sys.path);
+    from "/" unless told, or from the checkout, where the deploy runs and whose group_data/ it reads."""
     return subprocess.run([llama_rpc, *args], capture_output=True, text=True, timeout=300, cwd=cwd or "/")
 
 
@@ -89,21 +90,21 @@ def test_the_installed_command_plans_completes_and_reports(llama_rpc, cluster):
     where = subprocess.run([llama_rpc.replace("llama-rpc", "python"), "-c", "import llama_rpc_deploy; print(llama_rpc_deploy.__file__)"],
                            capture_output=True, text=True, cwd="/").stdout
     assert "site-packages" in where and str(PROJECT) not in where
-    plan = run(llama_rpc, "plan", "-i", str(INVENTORY), "--model", str(lab.CACHE / "lab-sentence.gguf"))
+    plan = run(llama_rpc, "plan", "-i", str(INVENTORY), "--model", str(lab.CACHE / "lab-sentence.gguf"), cwd=PROJECT)
     assert plan.returncode == 0 and "tensor split: 1,1" in plan.stdout, plan.stdout + plan.stderr
-    complete = run(llama_rpc, "complete", "-i", str(INVENTORY), "-n", "4")
+    complete = run(llama_rpc, "complete", "-i", str(INVENTORY), "-n", "4", cwd=PROJECT)
     assert complete.returncode == 0 and "4 tokens at" in complete.stdout, complete.stdout + complete.stderr
-    status = run(llama_rpc, "status", "-i", str(INVENTORY))
+    status = run(llama_rpc, "status", "-i", str(INVENTORY), cwd=PROJECT)
     assert status.returncode == 0 and status.stdout.rstrip().endswith("all well"), status.stdout + status.stderr
     assert "RPC protocol 7.0.0" in status.stdout and "tensor cache" in status.stdout
 
 
 @needs_docker
 def test_status_shows_a_worker_crash_and_the_watchdog_restart_it_caused(llama_rpc, cluster):
-    before = json.loads(run(llama_rpc, "status", "-i", str(INVENTORY), "--json").stdout)
+    before = json.loads(run(llama_rpc, "status", "-i", str(INVENTORY), "--json", cwd=PROJECT).stdout)
     on(1, "docker kill rpc-server")  # the lab's rpc-server-crash fault
     assert until_serving(cluster, 180).seconds is not None
-    after = json.loads(run(llama_rpc, "status", "-i", str(INVENTORY), "--json").stdout)
+    after = json.loads(run(llama_rpc, "status", "-i", str(INVENTORY), "--json", cwd=PROJECT).stdout)
     worker = {h["name"]: h for h in after}[cluster.workers[0].name]
     worker_before = {h["name"]: h for h in before}[cluster.workers[0].name]
     assert worker["services"][0]["crashes"] == worker_before["services"][0]["crashes"] + 1
