@@ -99,18 +99,20 @@ def test_a_server_setting_restarts_only_llama_server(deployed):
 
 def test_two_workers_changed_in_different_ways_deploy_in_one_run(deployed, tmp_path):
     """pyinfra orders every host's operations in one graph: a worker whose launch script changed beside a worker
-    whose units changed once stopped the deploy with "Cycle detected in operation ordering DAG". Here worker 1
-    is in a group `threads` (rpc_threads: 1: its rpc-server.sh) and worker 2 in a group `small_cache`
-    (rpc_cache_max_gib: 7: its cache-prune script and units), both with group_data beside the inventory."""
+    whose units changed once stopped the deploy with "Cycle detected in operation ordering DAG". Worker 1 gets
+    rpc_threads: 2 in its host data (its rpc-server.sh changes); worker 2 is in a group of its own, `small_cache`,
+    with rpc_cache_max_gib: 7 in group_data beside the inventory (its cache-prune env and units change)."""
     d, _, _ = deployed
     worker1, worker2 = (w.name for w in d.cluster.workers)
+    lab_inventory = INVENTORY.read_text()
+    line = f'("{worker1}", {{**SSH, **LAB_WORKER}})'
+    assert line in lab_inventory
     variant = tmp_path / "inventory.py"
-    variant.write_text(INVENTORY.read_text() + f"\nthreads = [{worker1!r}]\nsmall_cache = [{worker2!r}]\n")
+    variant.write_text(lab_inventory.replace(line, f'("{worker1}", {{**SSH, **LAB_WORKER, "rpc_threads": 2}})')
+                       + f"\nsmall_cache = [{worker2!r}]\n")
     (tmp_path / "group_data").mkdir()
-    loader = (PROJECT / "group_data" / "workers.py").read_text()
-    for group, yml in (("threads", "rpc_threads: 1\n"), ("small_cache", "rpc_cache_max_gib: 7\n")):
-        (tmp_path / "group_data" / f"{group}.py").write_text(loader)
-        (tmp_path / "group_data" / f"{group}.yml").write_text(yml)
+    (tmp_path / "group_data" / "small_cache.py").write_text((PROJECT / "group_data" / "workers.py").read_text())
+    (tmp_path / "group_data" / "small_cache.yml").write_text("rpc_cache_max_gib: 7\n")
 
     ops = operations(subprocess.run(["pyinfra", "-y", "--json", str(variant), "deploy.py"], cwd=PROJECT,
                                     capture_output=True, text=True, timeout=1200))
@@ -118,7 +120,7 @@ def test_two_workers_changed_in_different_ways_deploy_in_one_run(deployed, tmp_p
     assert changed(ops, "Keep /opt/llama-rpc/rpc-server.sh as") == [worker1]
     assert set(changed(ops, "Install /etc/systemd/system/rpc-cache-prune")) == {worker2}
     assert changed(ops, "rpc-server running and enabled") == [worker1]  # only the launch script restarts rpc-server
-    assert "--threads 1" in on(1, "cat /opt/llama-rpc/rpc-server.sh").stdout
+    assert "--threads 2" in on(1, "cat /opt/llama-rpc/rpc-server.sh").stdout
     assert "7 GiB" in on(2, f"cat /etc/systemd/system/{render.CACHE_PRUNE_TIMER}").stdout
     # and back to the lab's own inventory: each worker puts back what it changed, nothing else
     ops = operations(pyinfra("--json"))
