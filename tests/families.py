@@ -11,13 +11,15 @@ so its own estimator (`llama-fit-params --fit-print on`) can serve as an oracle 
 """
 from __future__ import annotations
 
+import struct
 import sys
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFEndian, GGUFValueType, GGUFWriter
 
 Q = GGMLQuantizationType
 F32 = Q.F32
@@ -98,6 +100,26 @@ class Vocab:
 
 # --- the file -------------------------------------------------------------------------------------
 
+class _Writer(GGUFWriter):
+    """GGUFWriter, with the metadata arrays packed in one go instead of item by item: the same bytes, but a
+    262144-token vocabulary takes milliseconds instead of a second (the item-by-item path is what remains)."""
+
+    def _pack_val(self, val: Any, vtype: GGUFValueType, add_vtype: bool, sub_type: GGUFValueType | None = None) -> bytes:
+        if (vtype != GGUFValueType.ARRAY or self.endianess != GGUFEndian.LITTLE or not isinstance(val, (list, tuple))
+                or not val):
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+        ltype = sub_type if sub_type is not None else GGUFValueType.get_type(val[0])
+        fmt, types = self._simple_value_packing.get(ltype), set(map(type, val))
+        if ltype == GGUFValueType.STRING and types == {str}:
+            encoded = [v.encode("utf-8") for v in val]
+            body = b"".join(chain.from_iterable(zip(map(struct.Struct("<Q").pack, map(len, encoded)), encoded)))
+        elif fmt is not None and (types <= {int, float, bool} if sub_type is not None else len(types) == 1):
+            body = struct.pack(f"<{len(val)}{fmt}", *val)  # without sub_type: one Python type, as the slow path checks
+        else:
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+        return (struct.pack("<I", vtype) if add_vtype else b"") + struct.pack("<IQ", ltype, len(val)) + body
+
+
 @dataclass
 class Model:
     arch: str
@@ -139,7 +161,7 @@ class Model:
     def write(self, path: Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        w = GGUFWriter(str(path), self.arch)
+        w = _Writer(str(path), self.arch)
         w.add_name(self.name)
         w.add_quantization_version(2)
         w.add_file_type(self.ftype)

@@ -106,19 +106,18 @@ def test_the_preset_cannot_carry_what_its_ini_cannot_quote():
     assert quoting.ini("/models/file (1) [q4] & more.gguf") == "/models/file (1) [q4] & more.gguf"
 
 
-def test_plan_plans_every_model_with_its_own_settings(tmp_path, capsys):
+def test_plan_plans_every_model_with_its_own_settings(tmp_path, capsys, place_sentence_model):
     """`plan` with llama_models: one table per model, each model's context and split; a model that does
     not fit fails the command."""
     import json
 
     from llama_rpc_deploy.__main__ import main
-    from lab.testmodel import PROMPT_2, SENTENCE_2, write_sentence_model
 
     inventory = tmp_path / "inventory.py"
     inventory.write_text('coordinator = [("10.0.0.10", {"gpus": ["RTX 4080"]})]\n'
                          'workers = [("10.0.0.20", {"gpus": ["RTX 5060 Ti"]})]\n')
-    first = write_sentence_model(tmp_path / "one.gguf")
-    second = write_sentence_model(tmp_path / "two" / "two.gguf", prompt=PROMPT_2, sentence=SENTENCE_2)
+    first = place_sentence_model("one", tmp_path / "one.gguf")  # lab.testmodel's sentence models (tests/conftest.py)
+    second = place_sentence_model("two", tmp_path / "two" / "two.gguf")
     models = {"two": {"llama_model_path": str(second), "llama_ctx_size": 1024, "llama_parallel": 1,
                       "llama_tensor_split": [1, 3]}}
     data = ["--data", f"llama_model_path={first}", "--data", f"llama_models={json.dumps(models)}",
@@ -158,15 +157,14 @@ def test_two_files_of_one_name_are_refused():
         c.with_folder(["/srv/models/lmstudio-community/a b.gguf", "/srv/models/lmstudio-community/a-b.gguf"])
 
 
-def test_plan_reads_the_folder_here(tmp_path, capsys):
+def test_plan_reads_the_folder_here(tmp_path, capsys, place_sentence_model):
     from llama_rpc_deploy.__main__ import main
-    from lab.testmodel import PROMPT_2, SENTENCE_2, write_sentence_model
 
     inventory = tmp_path / "inventory.py"
     inventory.write_text('coordinator = [("10.0.0.10", {"gpus": ["RTX 4080"]})]\n'
                          'workers = [("10.0.0.20", {"gpus": ["RTX 5060 Ti"]})]\n')
-    first = write_sentence_model(tmp_path / "models" / "one.gguf")
-    write_sentence_model(tmp_path / "models" / "two.gguf", prompt=PROMPT_2, sentence=SENTENCE_2)
+    first = place_sentence_model("one", tmp_path / "models" / "one.gguf")  # lab.testmodel's sentence models
+    place_sentence_model("two", tmp_path / "models" / "two.gguf")
     data = ["--data", f"llama_model_path={first}", "--data", "llama_models_folder=true", "--data", "llama_ctx_size=2048"]
     assert main(["plan", "-i", str(inventory), *data]) == 0
     out = capsys.readouterr().out

@@ -206,10 +206,11 @@ def test_the_plan_says_how_much_context_each_request_gets(gemma27b):
 
 
 def test_a_split_model_is_read_from_every_shard_and_a_missing_one_is_named(tmp_path):
-    from lab.testmodel import write_sentence_model
+    from lab.testmodel import Shape, write_sentence_model
 
-    whole = read_model(write_sentence_model(tmp_path / "whole" / "m.gguf"))
-    first = write_sentence_model(tmp_path / "split" / "m.gguf", split_max_tensors=30)
+    small = Shape(n_embd=64, n_head=4, n_head_kv=2, n_ff=128)  # the lab's 8 layers (75 tensors), 0.7 MB, not 51
+    whole = read_model(write_sentence_model(tmp_path / "whole" / "m.gguf", small))
+    first = write_sentence_model(tmp_path / "split" / "m.gguf", small, split_max_tensors=30)
     split = read_model(first)
     assert first.name == "m-00001-of-00003.gguf" and len(split.shards) == 3
     assert split.layer_bytes == whole.layer_bytes and split.weight_bytes == whole.weight_bytes

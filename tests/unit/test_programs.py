@@ -4,6 +4,7 @@ programs.py writes, and stand-ins on PATH for ss, systemctl, docker, iptables an
 No test waits: the watchdogs take a bounded number of looks (--passes N) and their `sleep` is a stand-in
 that only records how long it was asked to sleep.
 """
+import json
 import shutil
 import socket
 import struct
@@ -125,13 +126,27 @@ def test_env_functions_name_each_programs_settings():
 
 # --- every program ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", sorted(p.name for p in FILES.glob("*.sh")))
-def test_shellcheck(name):
+@pytest.fixture(scope="module")
+def shellcheck_findings():
+    """shellcheck once over every program (one process, not one a file): its findings, by the file they are in
+    (shellcheck reports only on the files it is given, a sourced one included only when given too)."""
     shellcheck = shutil.which("shellcheck")
     assert shellcheck, "shellcheck is not installed: apt-get install shellcheck"
-    result = subprocess.run([shellcheck, "--norc", "--external-sources", "--severity=style", name], cwd=FILES, capture_output=True,
-                            text=True, timeout=30)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = subprocess.run([shellcheck, "--norc", "--external-sources", "--severity=style", "--format=json1",
+                             *sorted(p.name for p in FILES.glob("*.sh"))], cwd=FILES, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode in (0, 1), result.stdout + result.stderr  # 1: findings; anything else: it could not check
+    findings = {}
+    for c in json.loads(result.stdout)["comments"]:
+        findings.setdefault(c["file"], []).append(
+            f'{c["file"]}:{c["line"]}:{c["column"]}: {c["level"]}: {c["message"]} [SC{c["code"]}]')
+    assert (result.returncode == 0) == (not findings), result.stdout + result.stderr
+    return findings
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FILES.glob("*.sh")))
+def test_shellcheck(shellcheck_findings, name):
+    assert not shellcheck_findings.get(name), "\n".join(shellcheck_findings[name])
 
 
 SETTINGS = {

@@ -1,4 +1,5 @@
 """Every template is rendered, every rendered shell script passes shellcheck, every env file reads back."""
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -54,30 +55,58 @@ def test_every_template_is_rendered():
     assert used == {p.name for p in render.TEMPLATES.glob("*.j2")}
 
 
-def test_rendered_shell_scripts_pass_shellcheck(rendered, tmp_path):
+@pytest.fixture(scope="module")
+def shellcheck_findings(tmp_path_factory):
+    """shellcheck once over every cluster's rendered scripts (one process, not one a cluster): its findings
+    (gcc format) by cluster. Each cluster's hosts have folders of their own, as the files are on the hosts; a
+    script that is the same, next to the same scripts it names (the programs shipped as they are), is checked once."""
     assert shutil.which("shellcheck"), "shellcheck is missing: apt-get install shellcheck (scripts/setup-machine.sh does)"
-    scripts = []
-    for path, text in rendered.items():  # each host's files in a folder of its own, as on the host
-        if path.endswith(".sh"):
-            host, _, path = path.rpartition(":")
-            scripts.append(tmp_path / (host or "coordinator") / Path(path).name)
-            scripts[-1].parent.mkdir(exist_ok=True)
-            scripts[-1].write_text(text)
-    result = subprocess.run(["shellcheck", "--external-sources", "--severity=style", *map(str, scripts)],
+    root, hosts = tmp_path_factory.mktemp("shellcheck"), {}
+    for i, (name, make) in enumerate(CLUSTERS.items()):
+        for path, text in every_file(make()).items():
+            if path.endswith(".sh"):
+                host, _, path = path.rpartition(":")
+                hosts.setdefault((name, root / str(i) / (host or "coordinator")), {})[Path(path).name] = text
+    checked, where = {}, {}  # (text, its neighbours) -> the file checked; that file -> [(cluster, file)] it stands for
+    for (name, folder), scripts in hosts.items():
+        folder.mkdir(parents=True)
+        for file, text in scripts.items():
+            (folder / file).write_text(text)
+            key = (text, tuple(sorted((f, t) for f, t in scripts.items() if f in text)))  # what it may source
+            checked.setdefault(key, str(folder / file))
+            where.setdefault(checked[key], []).append((name, str(folder / file)))
+    result = subprocess.run(["shellcheck", "--external-sources", "--severity=style", "--format=json1", *where],
                             capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout
+    assert result.returncode in (0, 1), result.stdout + result.stderr  # 1: findings; anything else: it could not check
+    findings = {name: [] for name in CLUSTERS}
+    for c in json.loads(result.stdout)["comments"]:
+        for name, file in where[c["file"]]:
+            findings[name].append(f'{file}:{c["line"]}:{c["column"]}: {c["level"]}: {c["message"]} [SC{c["code"]}]')
+    assert (result.returncode == 0) == (not any(findings.values())), result.stdout + result.stderr
+    return findings
+
+
+@pytest.mark.parametrize("name", list(CLUSTERS))
+def test_rendered_shell_scripts_pass_shellcheck(shellcheck_findings, name):
+    assert not shellcheck_findings[name], "\n".join(shellcheck_findings[name])
 
 
 def test_env_files_read_back_as_written(rendered, tmp_path):
-    """bash reads each env file's values back exactly (spaces and quotes in paths stay one word)."""
+    """bash reads each env file's values back exactly (spaces and quotes in paths stay one word): one bash
+    process for all of them, each file read in a subshell of its own."""
+    envs, script = {}, []
     for path, text in rendered.items():
         if not path.endswith(".env"):
             continue
-        env = tmp_path / "x.env"
-        env.write_text(text)
-        keys = [line.split("=", 1)[0] for line in text.splitlines()]
-        out = subprocess.run(["bash", "-c", f'set -u; . "$1"; for k in {" ".join(keys)}; do printf "%s=%s\\n" "$k" "${{!k}}"; done',
-                              "_", str(env)], capture_output=True, text=True, check=True).stdout
+        i = len(envs)
+        (tmp_path / f"{i}.env").write_text(text)
+        envs[i] = (path, [line.split("=", 1)[0] for line in text.splitlines()])
+        script.append(f'(set -u; . ./{i}.env; for k in {" ".join(envs[i][1])}; do printf "%s=%s\\n" "$k" "${{!k}}"; done)'
+                      f' > {i}.out 2> {i}.err; echo $? > {i}.rc')
+    subprocess.run(["bash", "-c", "\n".join(script)], cwd=tmp_path, check=True)
+    for i, (path, keys) in envs.items():
+        out, err = (tmp_path / f"{i}.out").read_text(), (tmp_path / f"{i}.err").read_text()
+        assert (tmp_path / f"{i}.rc").read_text() == "0\n", (path, err)
         assert len(out.splitlines()) == len(keys) and "$" not in out, path
 
 
