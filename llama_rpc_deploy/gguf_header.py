@@ -109,14 +109,20 @@ def _parse_header(data: bytes, path: str) -> Header:
         return data[pos - n:pos].decode("utf-8", "replace")
 
     def value(kind: int):
+        nonlocal pos
         kind = GGUFValueType(kind)
         if kind == GGUFValueType.STRING:
             return string()
         if kind == GGUFValueType.ARRAY:
             inner, count = GGUFValueType(take("I")), take("Q")
-            if inner == GGUFValueType.STRING:
+            if inner == GGUFValueType.STRING:  # a vocabulary (262K tokens): skipped, in a tight loop
+                end, length = len(data), struct.Struct("<Q").unpack_from
                 for _ in range(count):
-                    string()
+                    if pos + 8 > end:
+                        raise Truncated(path)
+                    pos += 8 + length(data, pos)[0]
+                if pos > end:
+                    raise Truncated(path)
                 return None
             if inner == GGUFValueType.ARRAY:
                 return [value(inner) for _ in range(count)]

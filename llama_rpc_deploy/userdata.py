@@ -14,6 +14,8 @@ level that is not a mapping, a key that is not a string) raises SettingsError wi
 """
 from __future__ import annotations
 
+import copy
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -127,8 +129,14 @@ def load_yaml(path: str | Path, display_name: str | None = None) -> tuple[dict[s
     name = display_name or str(path)
     if not path.is_file():
         return {}, {}
-    text = path.read_text(encoding="utf-8")
+    values, origins = _parse(path.read_text(encoding="utf-8"), name)
+    return copy.deepcopy(values), dict(origins)
 
+
+@functools.lru_cache(maxsize=64)
+def _parse(text: str, name: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """load_yaml's work on one file's text (the same group_data is read again by every inventory load:
+    PyYAML's pure-Python scanner, once per text; callers get copies)."""
     def fail(mark: yaml.Mark | None, wrong: str, expected: str) -> SettingsError:
         where = f"{name}:{_at(mark)}" if mark is not None else name
         return YamlError(f"{where}: {' '.join(wrong.split())}: expected {' '.join(expected.split())}")

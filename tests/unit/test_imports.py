@@ -173,10 +173,11 @@ def test_the_cycle_finder_finds_a_lazy_cycle(tmp_path):
 
 
 # One process for every module: each import starts from no module of the package loaded (the third-party
-# ones stay, so the whole loop costs about one import of everything).
+# ones stay, so the whole loop costs about one import of everything). It also says which modules brought in the
+# checkout's lab/ or matplotlib (the `plot` extra): the installed package holds the product only.
 ISOLATED_IMPORTS = f"""
 import importlib, sys, traceback
-failed = []
+failed, outside = [], []
 for name in sys.argv[1:]:
     for loaded in [m for m in sys.modules if m.startswith({PACKAGE!r})]:
         del sys.modules[loaded]
@@ -184,13 +185,19 @@ for name in sys.argv[1:]:
         importlib.import_module(name)
     except BaseException:
         failed.append(f"{{name}}:\\n{{traceback.format_exc()}}")
-print("\\n".join(failed))
-sys.exit(1 if failed else 0)
+    brought = sorted(m for m in sys.modules if m.split(".")[0] in ("lab", "matplotlib"))
+    if brought:
+        outside.append(f"{{name}} imports {{', '.join(brought[:3])}}")
+        for m in brought:
+            del sys.modules[m]
+print("\\n".join(failed + outside))
+sys.exit(1 if failed or outside else 0)
 """
 
 
-def test_every_module_imports_on_its_own():
+def test_every_module_imports_on_its_own_and_none_brings_in_the_lab_or_matplotlib():
     names = sorted(package_modules())
+    assert {"llama_rpc_deploy.__main__", "llama_rpc_deploy.bench"} <= set(names)
     done = subprocess.run([sys.executable, "-c", ISOLATED_IMPORTS, *names], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
-    assert done.returncode == 0, f"these modules fail to import on their own:\n{done.stdout}{done.stderr}"
+    assert done.returncode == 0, f"these modules fail to import on their own, or import lab/matplotlib:\n{done.stdout}{done.stderr}"

@@ -1,11 +1,12 @@
 """What the installed package holds, checked without installing it: the product only. The lab and the test
 models (lab/ at the top of the checkout) stay out of it and out of what its commands import; matplotlib is
 the `plot` extra, asked for only by `bench --png`. (tests/e2e/test_lab_installed.py installs the wheel in a
-fresh venv.)"""
+fresh venv; tests/unit/test_imports.py imports each module in a fresh process and finds no lab or matplotlib.)"""
 from __future__ import annotations
 
 import subprocess
 import sys
+
 from pathlib import Path
 
 import pytest
@@ -20,30 +21,6 @@ from llama_rpc_deploy import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-
-
-def loaded_modules(code: str) -> set[str]:
-    done = subprocess.run([sys.executable, "-c", f"{code}\nimport sys; print(' '.join(sorted(sys.modules)))"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return set(done.stdout.split())
-
-
-def checkout_only(modules: set[str]) -> set[str]:
-    return {m for m in modules if m.split(".")[0] in ("lab", "matplotlib")}
-
-
-def test_the_command_imports_no_lab_no_test_model_no_matplotlib():
-    assert checkout_only(loaded_modules("import llama_rpc_deploy.__main__")) == set()
-
-
-def test_every_module_of_the_package_imports_no_lab_and_no_matplotlib():
-    names = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-                   for p in (ROOT / "llama_rpc_deploy").rglob("*.py"))
-    assert "llama_rpc_deploy.bench" in names
-    code = (f"import importlib\nfor name in {names!r}:\n    try:\n        importlib.import_module(name)\n"
-            "    except Exception:\n        pass  # a module that fails to import: test_imports.py says so")
-    assert checkout_only(loaded_modules(code)) == set()
 
 
 def test_the_package_list_leaves_lab_out_and_matplotlib_is_an_extra():

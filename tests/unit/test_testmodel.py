@@ -31,9 +31,9 @@ def test_vocabulary_has_every_byte_for_fallback():
 # --- the sentence model (issue 14): its greedy output is known, by a margin rounding cannot cross ---
 
 @pytest.fixture(scope="module")
-def sentence_model(tmp_path_factory):
-    """The model in the lab's shape (8 layers of 512), written once for this module."""
-    return write_sentence_model(tmp_path_factory.mktemp("sentence") / "sentence.gguf")
+def sentence_model(sentence_models):
+    """The model in the lab's shape (8 layers of 512), as write_sentence_model writes it (tests/conftest.py)."""
+    return sentence_models["one"]
 
 
 @pytest.fixture(scope="module")

@@ -125,10 +125,11 @@ WATCHDOG, LLAMA_SERVER = f"{render.UNIT_DIR}/{render.WORKER_WATCHDOG_UNIT}", "/o
 
 
 def test_workers_with_different_changes_order_and_fill_the_run_records(tmp_path, monkeypatch):
-    """The issue's case (one worker's launch script changed, another's unit), a worker with two files changed,
-    and the coordinator's script: pyinfra finds one order, and the run's records are filled."""
+    """The case reproduced on the lab (a worker with rpc_threads: 2 of its own, so its launch script changed,
+    beside a worker whose unit changed), a worker with two files changed, and the coordinator's script: pyinfra
+    finds one order, and the run's records are filled."""
     changed = {WORKERS[0]: {SCRIPT}, WORKERS[1]: {UNIT}, WORKERS[2]: {WATCHDOG, UNIT}, COORDINATOR: {LLAMA_SERVER}}
-    state = prepare(tmp_path, monkeypatch, changed)
+    state = prepare(tmp_path, monkeypatch, changed, workers_data={WORKERS[0]: {"rpc_threads": 2}})
 
     order = state.get_op_order()  # pyinfra's own: raises "Cycle detected in operation ordering DAG" on a tangle
     assert len(order) == len(set(order)) > 0
@@ -140,15 +141,6 @@ def test_workers_with_different_changes_order_and_fill_the_run_records(tmp_path,
         assert {p for p, _ in run.replaced[name]} >= changed[name]  # what changed can be put back
     # every worker creates the same operations in the same order, whatever changed on it
     assert len({tuple(state.inventory.get_host(w).op_hash_order) for w in WORKERS}) == 1
-
-
-def test_a_worker_with_its_own_thread_count_orders_too(tmp_path, monkeypatch):
-    """The reproduction on the lab: a tool upgrade changes every worker's unit, and rpc_threads: 2 on one
-    worker also changes its launch script."""
-    changed = {WORKERS[0]: {UNIT, SCRIPT}, WORKERS[1]: {UNIT}, WORKERS[2]: {UNIT}}
-    state = prepare(tmp_path, monkeypatch, changed, workers_data={WORKERS[0]: {"rpc_threads": 2}})
-    assert state.get_op_order()
-    assert sorted(state.llama_rpc_run.worker_services) == sorted(WORKERS)
 
 
 def test_an_extra_group_reads_the_same_in_the_deploy_and_the_commands(tmp_path, monkeypatch):
