@@ -18,14 +18,15 @@ from pyinfra.api.exceptions import DeployError
 
 from llama_rpc_deploy.phases import barrier, build, checks, rollback, services
 from llama_rpc_deploy.run import Run
-from llama_rpc_deploy.settings import SettingsError
+from llama_rpc_deploy import settings
+from llama_rpc_deploy.settings import ROLES, SettingsError
 
 try:
     run = Run.of(state, inventory)
 except (SettingsError, FileNotFoundError) as error:
     raise DeployError(str(error)) from None
-role = run.deployment.cluster.role(host.name)  # "none" for a host in neither group: nothing to do
-EVERY, COORDINATOR, WORKERS = {"coordinator", "worker"}, {"coordinator"}, {"worker"}
+role = run.deployment.cluster.role(host.name)  # None for a host in neither group: nothing to do
+EVERY, COORDINATOR, WORKERS = set(ROLES), {settings.COORDINATOR}, {settings.WORKERS}
 
 
 def on(roles, step):
@@ -35,7 +36,7 @@ def on(roles, step):
         step(run)
 
 
-if role != "none":
+if role is not None:
     on(EVERY, checks.host_is_ready)
     on(COORDINATOR, checks.model_fits)
     on(EVERY, build.service_user)

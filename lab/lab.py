@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from llama_rpc_deploy.settings import BY_NAME
+from llama_rpc_deploy.settings import BY_NAME, EVERY_HOST, ROLES
 from llama_rpc_deploy.source import sha256_file
 
 from .testmodel import Shape, write_sentence_model
@@ -298,8 +298,8 @@ def write_inventory(workers: int, key: Path, known_hosts: Path, settings: dict) 
     """The lab's inventory: each host gets the lab's settings that its role reads (settings.Setting.read_from)."""
     ssh = {"ssh_user": "root", "ssh_port": 22, "ssh_key": str(key), "ssh_known_hosts_file": str(known_hosts),
            "ssh_strict_host_key_checking": "yes", "ssh_allow_agent": False, "ssh_look_for_keys": False}
-    by_role = {role: {k: v for k, v in settings.items() if BY_NAME[k].read_from in (role, "each host")}
-               for role in ("coordinator", "workers")}
+    by_role = {role: {k: v for k, v in settings.items() if BY_NAME[k].read_from in (role, EVERY_HOST)}
+               for role in ROLES}
     text = f'''# Written by `python -m llama_rpc_deploy lab up`: the local lab's hosts (containers on {SUBNET}).
 # Same form as ../inventory.py; the lab's settings override group_data for these hosts.
 SSH = {ssh!r}

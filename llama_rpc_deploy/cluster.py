@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from .gpus import Gpu, lookup
-from .settings import MODEL_FILE, Layer, SettingsError, resolve
+from .settings import COORDINATOR, WORKERS, MODEL_FILE, Layer, SettingsError, resolve
 
 SERVICE_USER = "llama-rpc"  # the containers run as this system user, made by the deploy on every host
 
@@ -69,11 +69,11 @@ class Cluster:
     def host(self, name: str) -> HostPlan:
         return next(h for h in self.hosts if h.name == name)
 
-    def role(self, name: str) -> str:
-        """coordinator, worker, or none (a host in neither group)."""
+    def role(self, name: str) -> str | None:
+        """COORDINATOR or WORKERS (the inventory group the host is in), or None (a host in neither)."""
         if name == self.coordinator.name:
-            return "coordinator"
-        return "worker" if any(w.name == name for w in self.workers) else "none"
+            return COORDINATOR
+        return WORKERS if any(w.name == name for w in self.workers) else None
 
     # --- models on demand (llama_models): one Cluster view per model ---
 

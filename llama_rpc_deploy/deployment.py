@@ -19,12 +19,11 @@ from . import cluster as cluster_
 from . import image
 from .cluster import Cluster
 from .cluster_checks import build, check_inventory_shape
-from .settings import SettingsError, layers
+from .settings import COORDINATOR, ROLES, WORKERS, SettingsError, layers
 from .source import Source, resolve_source
 
 from .paths import PROJECT
 STATE = PROJECT / ".state"  # on the control machine: packed sources, the image-transfer key
-ROLES = {"coordinator": "coordinator", "workers": "worker"}  # inventory group -> role
 
 
 @dataclass(frozen=True)
@@ -68,10 +67,10 @@ def cluster_of(inventory, inventory_file: str = "inventory.py", deploying: bool 
             groups=[(g, inventory.get_group_data(g)) for g in host.groups], all_data=inventory.get_data(),
             inventory_file=inventory_file))
 
-    names = {role: [h.name for h in inventory.get_group(group, [])] for group, role in ROLES.items()}
-    check_inventory_shape(names["coordinator"], names["worker"], inventory_file)  # before a host's own checks
-    hosts = {role: [plan(name, role) for name in names[role]] for role in names}
-    return build(hosts["coordinator"], hosts["worker"], inventory_file, deploying)
+    names = {role: [h.name for h in inventory.get_group(role, [])] for role in ROLES}  # a role is its group
+    check_inventory_shape(names[COORDINATOR], names[WORKERS], inventory_file)  # before a host's own checks
+    hosts = {role: [plan(name, role) for name in names[role]] for role in ROLES}
+    return build(hosts[COORDINATOR], hosts[WORKERS], inventory_file, deploying)
 
 
 def from_pyinfra(inventory, inventory_file: str = "inventory.py") -> Deployment:

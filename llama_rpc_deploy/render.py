@@ -19,6 +19,7 @@ import jinja2
 
 from . import programs, quoting
 from .cluster import SERVICE_USER, Cluster, HostPlan, allowed_clients
+from .settings import COORDINATOR, WORKERS
 
 TEMPLATES = shipped("templates")
 UNIT_DIR = "/etc/systemd/system"
@@ -182,7 +183,7 @@ def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, st
             "rpc-server.sh.j2", host_name=worker.name, device=("GPUs" if worker.gpus else "CPU"),
             bind_host=s["rpc_host"] or worker.address, guard=guard, image=quoting.shell(image),
             docker_options=container_options("rpc-server", bool(worker.gpus),
-                                              [(s["rpc_cache_dir"], "/cache", False)], "rpc"),
+                                              [(s["rpc_cache_dir"], "/cache", False)], WORKERS),
             rpc_server_args=rpc_server_args(worker)),
         f"{UNIT_DIR}/{WORKER_UNIT}": _render(
             "rpc-server.service.j2", deploy_dir=s["deploy_dir"],
@@ -224,7 +225,7 @@ def coordinator_files(cluster: Cluster, image: str) -> dict[str, str]:
         f"{s['deploy_dir']}/llama-server.sh": _render(
             "llama-server.sh.j2", host_name=c.name, devices=", ".join(cluster.devices),
             device_count=len(cluster.devices), image=quoting.shell(image),
-            docker_options=container_options("llama-server", bool(c.gpus), volumes, "server"),
+            docker_options=container_options("llama-server", bool(c.gpus), volumes, COORDINATOR),
             llama_server_args=llama_server_args(cluster, bool(s["llama_api_key_file"]))),
         **_program(s["deploy_dir"], "wait-for-workers.sh",
                    programs.wait_for_workers_env(endpoints=cluster.rpc_endpoints, timeout=s["rpc_wait_timeout"],

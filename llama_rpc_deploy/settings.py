@@ -23,6 +23,13 @@ PLACEHOLDER = "CHANGE_ME"
 MAX_CTX = 1 << 24  # 16M tokens: more than any model is trained for; llama.cpp's n_ctx is 32-bit
 
 
+# The roles, named as the inventory's groups (one set of names everywhere: settings, cluster, deploy, status),
+# and what a setting or a layer that is neither role's alone applies to.
+COORDINATOR, WORKERS = "coordinator", "workers"
+ROLES = (COORDINATOR, WORKERS)
+EVERY_HOST = "every host"
+
+
 class SettingsError(ValueError):
     """A bad setting: the message names the file, the key, the value and what was expected."""
 
@@ -156,8 +163,8 @@ class Setting:
     @property
     def read_from(self) -> str:
         """Whose value counts: 'coordinator' for the cluster-wide settings (image, model, llama-server),
-        'workers' for rpc-server's, 'each host' for the rest."""
-        return {"image": "coordinator", "server": "coordinator", "rpc": "workers"}.get(self.section, "each host")
+        'workers' for rpc-server's, 'every host' for the rest."""
+        return {"image": COORDINATOR, "server": COORDINATOR, "rpc": WORKERS}.get(self.section, EVERY_HOST)
 
 
 S = Setting
@@ -289,7 +296,7 @@ FOREIGN_PREFIXES = ("ssh_", "_", "docker_", "local_")
 class Layer:
     source: str  # e.g. "group_data/all.yml", "inventory.py (host 10.0.0.2)"
     data: dict
-    applies_to: str = "every host"  # or "coordinator" / "workers": a layer only that role reads
+    applies_to: str = EVERY_HOST  # or COORDINATOR / WORKERS: a layer only that role reads
 
     def origin(self, key: str) -> str:
         """Where this layer's value of key was written: file:line:column for YAML group_data."""
@@ -301,11 +308,11 @@ def layers(name: str, role: str, *, overrides: dict, host_data: dict, groups: li
     """pyinfra's data layers for one host, highest first: --data, the host's own data in the inventory,
     its groups (the later a group in pyinfra's order, the higher), group_data/all. The one place where
     precedence is written: the deploy, the offline commands and the tests all build their layers here."""
-    mine = {"coordinator": "coordinator", "worker": "workers"}.get(role, "every host")
+    mine = role if role in ROLES else EVERY_HOST
     out = [Layer("--data on the command line", dict(overrides)),
            Layer(f"{inventory_file} (host {name})", dict(host_data), mine)]
     # group coordinator or workers applies to that role; another group of the inventory may hold hosts of both
-    out += [Layer(f"group_data/{group}.py", dict(data), group if group in ("coordinator", "workers") else "every host")
+    out += [Layer(f"group_data/{group}.py", dict(data), group if group in ROLES else EVERY_HOST)
             for group, data in reversed(groups) if group != "all"]
     return out + [Layer("group_data/all.py", dict(all_data))]
 
@@ -327,10 +334,10 @@ def resolve(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, str]]:
                 hint = f" (did you mean {near[0]!r}?)" if near else ""
                 raise SettingsError(f"{layer.origin(key)}: unknown setting {key!r}{hint}")
             read_from = BY_NAME[key].read_from
-            if layer.applies_to != "every host" and read_from != "each host" and read_from != layer.applies_to:
+            if EVERY_HOST not in (layer.applies_to, read_from) and read_from != layer.applies_to:
                 raise SettingsError(
                     f"{layer.origin(key)}: {key} = {value!r} has no effect there: "
-                    f"only {'the coordinator reads' if read_from == 'coordinator' else 'the workers read'} it, "
+                    f"only {'the coordinator reads' if read_from == COORDINATOR else 'the workers read'} it, "
                     f"and this applies to the {layer.applies_to} only: expected it in group_data/all.yml, "
                     f"group_data/{read_from}.yml or next to a host of the {read_from}")
             values[key] = value

@@ -17,6 +17,7 @@ from . import client, load_report, render
 from .cluster import Cluster, HostPlan
 from .deployment import ssh_runner
 from .quoting import shell
+from .settings import COORDINATOR, WORKERS
 
 CRASH = "Scheduled restart job"  # what systemd logs when it restarts a unit whose process ended
 
@@ -52,7 +53,7 @@ class HostStatus:
 
 def _units(role: str) -> tuple[str, str, str]:
     """(the service, its watchdog, the container) of a role."""
-    if role == "coordinator":
+    if role == COORDINATOR:
         return render.COORDINATOR_UNIT, render.WATCHDOG_UNIT, "llama-server"
     return render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, "rpc-server"
 
@@ -66,8 +67,8 @@ def cache_bytes_command(worker: HostPlan) -> str:
 def host_script(host: HostPlan, role: str) -> str:
     """One bash script for a host: sections that start with '== NAME', read by parse()."""
     unit, watchdog, container = _units(role)
-    extra = [render.FIREWALL_UNIT] if role == "worker" and host.settings["rpc_firewall"] else []
-    extra += [render.CACHE_PRUNE_TIMER] if role == "worker" else []
+    extra = [render.FIREWALL_UNIT] if role == WORKERS and host.settings["rpc_firewall"] else []
+    extra += [render.CACHE_PRUNE_TIMER] if role == WORKERS else []
     lines = []
     for u in (unit, watchdog, *extra):
         lines.append(f"echo '== unit {u}'; systemctl is-active {shell(u)} || true")
@@ -79,7 +80,7 @@ def host_script(host: HostPlan, role: str) -> str:
         "echo '== gpus'; command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total "
         "--format=csv,noheader,nounits 2>/dev/null || true",
     ]
-    if role == "worker":
+    if role == WORKERS:
         lines.append(f"echo '== cache'; {cache_bytes_command(host)}")
     else:
         lines.append(f"echo '== log'; journalctl -u {shell(unit)} -o cat --no-pager -n 20000 2>/dev/null | "
@@ -131,7 +132,7 @@ def collect(cluster: Cluster, inventory: Path) -> list[HostStatus]:
                 output = result.stdout if result.returncode == 0 else ""
             except subprocess.TimeoutExpired:
                 output = ""
-            limit = int(host.settings["rpc_cache_max_gib"] * 2 ** 30) if role == "worker" else None
+            limit = int(host.settings["rpc_cache_max_gib"] * 2 ** 30) if role == WORKERS else None
             status = parse(host.name, role, output, limit)
             if not output:
                 status.services = [Service(_units(role)[0], "unreachable (ssh)")]
@@ -149,7 +150,7 @@ def table(hosts: list[HostStatus]) -> str:
     rows = []
     for h in hosts:
         rows.append(f"{h.name} ({h.role})  image {h.image or '-'}  RPC protocol {h.rpc_protocol or '-'}"
-                    + (f"  API {h.api}" if h.role == "coordinator" else ""))
+                    + (f"  API {h.api}" if h.role == COORDINATOR else ""))
         for s in h.services:
             restarts = ""
             if s.crashes or s.watchdog_restarts:

@@ -9,7 +9,7 @@ from pyinfra.facts.files import Directory, File
 
 from .. import facts, gguf_header, plan
 from ..cluster import SERVICE_USER, wide_clients
-from ..settings import SettingsError
+from ..settings import COORDINATOR, WORKERS, SettingsError
 from ..run import Run
 
 
@@ -24,7 +24,7 @@ def host_is_ready(run: Run) -> None:
     role = cluster.role(host.name)
     me = cluster.host(host.name)
     s = me.settings
-    needed = ("docker", "zstd", "systemctl", "bash") + (("iptables", "iptables-restore") if role == "worker" and s["rpc_firewall"] else ())
+    needed = ("docker", "zstd", "systemctl", "bash") + (("iptables", "iptables-restore") if role == WORKERS and s["rpc_firewall"] else ())
     missing = host.get_fact(facts.MissingCommands, names=needed)
     if missing:
         raise DeployError(f"{host.name}: {', '.join(missing)} not found: install them first (Docker Engine, zstd, iptables)")
@@ -35,12 +35,12 @@ def host_is_ready(run: Run) -> None:
     if found and len(found) != len(me.gpus):
         logger.warning(f"{host.name}: nvidia-smi lists {len(found)} GPUs ({', '.join(n for n, _ in found)}), "
                        f"gpus lists {len(me.gpus)}: the plan and the device order follow gpus")
-    key, ours = ("llama_port", "llama-server") if role == "coordinator" else ("rpc_port", "rpc-server")
+    key, ours = ("llama_port", "llama-server") if role == COORDINATOR else ("rpc_port", "rpc-server")
     listener = host.get_fact(facts.TcpListener, port=s[key])
     if listener is not None and listener != ours:
         raise DeployError(f"{host.name}: port {s[key]} is taken by {listener or 'another process'}: "
                           f"expected it free for {ours} (change {key})")
-    if role == "coordinator":
+    if role == COORDINATOR:
         if s["llama_models_folder"]:  # the folder's models join llama_models before anything reads them
             folder = str(PurePosixPath(s["llama_model_path"]).parent)
             try:
@@ -53,11 +53,11 @@ def host_is_ready(run: Run) -> None:
             if not host.get_fact(facts.TcpReachable, address=worker.address, port=ssh_port(worker)):
                 raise DeployError(f"{host.name} cannot reach {worker.name}'s sshd at {worker.address}:{ssh_port(worker)}: "
                                   "the coordinator sends the image that way (set address or transfer_ssh_port)")
-    if role == "worker" and s["rpc_firewall"] and s["rpc_allow_wide"] and wide_clients(cluster, me):
+    if role == WORKERS and s["rpc_firewall"] and s["rpc_allow_wide"] and wide_clients(cluster, me):
         logger.warning(f"{host.name}: rpc_allow_from admits {', '.join(wide_clients(cluster, me))} to rpc-server's port "
                        f"{s['rpc_port']} (rpc_allow_wide): rpc-server has no authentication, anyone there can read "
                        "and write this host's GPU memory and crash the server")
-    if role == "worker" and not host.get_fact(facts.SshHostKey):
+    if role == WORKERS and not host.get_fact(facts.SshHostKey):
         raise DeployError(f"{host.name}: no /etc/ssh/ssh_host_ed25519_key.pub: the coordinator needs it to send the image")
 
 

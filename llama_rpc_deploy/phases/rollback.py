@@ -10,6 +10,7 @@ from pyinfra.operations import server
 from .. import render
 from ..quoting import shell
 from ..run import Run
+from ..settings import COORDINATOR, WORKERS
 from .services import ready_probe, wait_for_health
 
 
@@ -18,7 +19,7 @@ def roll_back(run: Run):
     cluster = run.deployment.cluster
     role = cluster.role(host.name)
     failed = f"{cluster.settings['state_dir']}/failed/{run.run_id}"
-    unit = render.COORDINATOR_UNIT if role == "coordinator" else render.WORKER_UNIT
+    unit = render.COORDINATOR_UNIT if role == COORDINATOR else render.WORKER_UNIT
     replaced = run.replaced.get(host.name, [])
     server.shell(name=f"Keep the failed version's files and {unit} log in {failed}",
                  commands=[f"mkdir -p {shell(failed)} && journalctl -u {unit} -n 2000 --no-pager > {shell(f'{failed}/{unit}.log')}; "
@@ -27,11 +28,11 @@ def roll_back(run: Run):
     for path, kept in host.loop(replaced):
         server.shell(name=f"Put back {path}", commands=[f"cp -a {shell(path + '.previous')} {shell(path)}"],
                      _if=lambda kept=kept: run.health_failed() and kept.did_change())
-    reload_firewall = role == "worker" and cluster.host(host.name).settings["rpc_firewall"]
+    reload_firewall = role == WORKERS and cluster.host(host.name).settings["rpc_firewall"]
     firewall = f"systemctl reload {render.FIREWALL_UNIT}; " if reload_firewall else ""
     server.shell(name=f"Restart {unit} on the previous version",
                  commands=[f"systemctl daemon-reload; {firewall}systemctl restart {unit}"], _if=run.health_failed)
-    if role == "coordinator":
+    if role == COORDINATOR:
         url, _ = ready_probe(cluster)
         server.shell(name="Previous version healthy again?", commands=[wait_for_health(cluster, ready=False)],
                      _if=run.health_failed, _ignore_errors=True)

@@ -17,5 +17,5 @@ def cluster(coordinator=None, workers=(None,), all_data=None, names=None):
     """coordinator/workers: host data dicts; all_data: group_data/all."""
     names = names or ["10.0.0.10"] + [f"10.0.0.{20 + i}" for i in range(len(workers))]
     c = host(names[0], "coordinator", {"gpus": ["RTX 4080"], **(coordinator or {})}, all_data)
-    ws = [host(n, "worker", {"gpus": ["RTX 5060 Ti"], **(w or {})}, all_data) for n, w in zip(names[1:], workers)]
+    ws = [host(n, "workers", {"gpus": ["RTX 5060 Ti"], **(w or {})}, all_data) for n, w in zip(names[1:], workers)]
     return build([c], ws)

@@ -67,17 +67,17 @@ def test_unknown_key_suggests_the_nearest():
 
 
 @pytest.mark.parametrize("role,where,key", [
-    ("worker", "groups", "llama_ctx_size"), ("worker", "host_data", "image_backend"),
+    ("workers", "groups", "llama_ctx_size"), ("workers", "host_data", "image_backend"),
     ("coordinator", "groups", "rpc_cache"), ("coordinator", "host_data", "rpc_port"),
 ])
 def test_a_setting_where_it_has_no_effect_is_refused(role, where, key):
     data = {key: DEFAULTS[key]}
-    parts = {"groups": [("workers" if role == "worker" else "coordinator", data)]} if where == "groups" else {where: data}
+    parts = {"groups": [(role, data)]} if where == "groups" else {where: data}
     with pytest.raises(SettingsError, match=rf"{key} = .* has no effect there: only the"):
         resolve(host_layers(role, **parts))
 
 
-@pytest.mark.parametrize("role", ["coordinator", "worker"])
+@pytest.mark.parametrize("role", ["coordinator", "workers"])
 def test_every_setting_is_fine_in_all_and_on_the_command_line(role):
     data = {s.name: s.default for s in SETTINGS}
     assert resolve(host_layers(role, all_data=data, overrides=data))[0] == DEFAULTS
@@ -85,7 +85,7 @@ def test_every_setting_is_fine_in_all_and_on_the_command_line(role):
 
 @pytest.mark.parametrize("key", ["gpus", "address", "deploy_dir"])
 def test_host_settings_fit_every_role(key):
-    for role in ("coordinator", "worker"):
+    for role in ("coordinator", "workers"):
         assert resolve(host_layers(role, host_data={key: DEFAULTS[key]}))[1][key] == "inventory.py (host 10.0.0.2)"
 
 

@@ -53,7 +53,7 @@ clip_ctx: CLIP using RPC0[10.0.0.20:50052] backend
 
 
 def test_a_worker_restart_and_its_cause():
-    w = status.parse("10.0.0.20", "worker", WORKER_OUTPUT, cache_limit=64 << 30)
+    w = status.parse("10.0.0.20", "workers", WORKER_OUTPUT, cache_limit=64 << 30)
     rpc = w.services[0]
     assert [s.unit for s in w.services] == ["rpc-server.service", "rpc-server-watchdog.service",
                                             "llama-rpc-firewall.service", "rpc-cache-prune.timer"]
@@ -69,7 +69,7 @@ def test_the_coordinators_load_report_and_a_failed_service():
     assert c.devices == {"CUDA0": {"model": 9374.0, "kv": 5568.0},
                          "RPC0[10.0.0.20:50052]": {"model": 7207.0, "kv": 4352.0}}
     assert c.projector_on == "RPC0[10.0.0.20:50052]" and not c.ok
-    w = status.parse("10.0.0.20", "worker", WORKER_OUTPUT, cache_limit=64 << 30)
+    w = status.parse("10.0.0.20", "workers", WORKER_OUTPUT, cache_limit=64 << 30)
     text = status.table([c, w])
     assert "llama-server.service             failed" in text
     assert "restarts: 2 after a crash (last 2026-12-03T13:40:07+0000), 1 by its watchdog" in text
@@ -80,7 +80,7 @@ def test_the_coordinators_load_report_and_a_failed_service():
 
 def test_each_host_gets_the_script_of_its_role():
     c = cluster()
-    worker = status.host_script(c.workers[0], "worker")
+    worker = status.host_script(c.workers[0], "workers")
     assert "rpc-cache-prune.timer" in worker and "/var/cache/llama-rpc/rpc" in worker and "== log" not in worker
     coordinator = status.host_script(c.coordinator, "coordinator")
     assert "llama-server.service" in coordinator and "buffer size|CLIP using" in coordinator
@@ -90,7 +90,7 @@ def test_each_host_gets_the_script_of_its_role():
 # with rpc_firewall; the cache prune runs from its timer, so the timer is what status asks about.
 DEPLOYED_UNITS = {
     "coordinator": [render.COORDINATOR_UNIT, render.WATCHDOG_UNIT],
-    "worker": [render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, render.FIREWALL_UNIT, render.CACHE_PRUNE_TIMER],
+    "workers": [render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, render.FIREWALL_UNIT, render.CACHE_PRUNE_TIMER],
     "worker without rpc_firewall": [render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, render.CACHE_PRUNE_TIMER],
 }
 
@@ -114,8 +114,8 @@ def _run(script: str, state: str = "active") -> str:
 
 @pytest.mark.parametrize("role,firewall,expected", [
     ("coordinator", True, DEPLOYED_UNITS["coordinator"]),
-    ("worker", True, DEPLOYED_UNITS["worker"]),
-    ("worker", False, DEPLOYED_UNITS["worker without rpc_firewall"]),
+    ("workers", True, DEPLOYED_UNITS["workers"]),
+    ("workers", False, DEPLOYED_UNITS["worker without rpc_firewall"]),
 ])
 def test_status_asks_about_every_unit_the_deploy_installs(role, firewall, expected):
     c = cluster(workers=[{"rpc_firewall": firewall}])
@@ -146,5 +146,5 @@ def test_the_deployed_units_are_the_ones_render_writes():
     worker = units({**render.worker_files(c, w, "img"), **render.firewall_files(c, w),
                     **render.worker_watchdog_files(w), **render.cache_prune_files(w)})
     coordinator = units({**render.coordinator_files(c, "img"), **render.watchdog_files(c)})
-    assert worker - started_by_a_timer == set(DEPLOYED_UNITS["worker"])
+    assert worker - started_by_a_timer == set(DEPLOYED_UNITS["workers"])
     assert coordinator == set(DEPLOYED_UNITS["coordinator"])

@@ -42,7 +42,7 @@ def test_firewall_unit_enabled_and_required_by_rpc_server(worker, worker_plan):
     assert render.FIREWALL_UNIT in requires.split()
 
 
-@pytest.mark.parametrize("role", ["coordinator", "worker"])
+@pytest.mark.parametrize("role", ["coordinator", "workers"])
 def test_containers_run_unprivileged(role, coordinator, worker):
     host, container = (coordinator, "llama-server") if role == "coordinator" else (worker, "rpc-server")
     config = json.loads(host.check_output(f"docker inspect {container}"))[0]
