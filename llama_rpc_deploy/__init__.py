@@ -4,13 +4,14 @@ A setting's way, from what a user edits to what runs on a host:
 userdata       - group_data/*.yml, read for pyinfra by group_data/*.py (file:line:column errors)
 settings       - every setting: its default (the only place), its check, who reads it; layers() is
                  the one place where precedence (--data, host, group, all) is written
-cluster        - the hosts as the deploy sees them: roles, devices in order, RPC endpoints
-cluster_checks - the checks that span settings or hosts, each a named function
-deployment     - the checked cluster with the llama.cpp source and the image tag; offline and from pyinfra
+cluster        - the hosts as the deploy sees them: roles, devices in order, RPC endpoints, derived values
+cluster_checks - the checks that span settings or hosts, each a named function; build() runs them
+deployment     - the checked cluster with the llama.cpp source and the image tag, from pyinfra's inventory
 render         - launch scripts and units from templates/, programs of files/ with their env files
 programs       - the bash programs of files/ and their environment files
 quoting        - every value quoted for where it lands: bash, systemd Exec lines, docker --volume
 paths          - the checkout, and templates/ and files/ wherever the package is installed
+trees          - the files of a source tree (for source and webui)
 
 The deploy itself (pyinfra inventory.py deploy.py):
 run            - one pyinfra run's shared state (files replaced, workers restarted, the health check)

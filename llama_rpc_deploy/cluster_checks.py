@@ -103,6 +103,10 @@ def model_path_is_set(cluster: Cluster, inventory_file: str) -> None:
     path, where = cluster.settings["llama_model_path"], cluster.coordinator.origins["llama_model_path"]
     if PLACEHOLDER in path:
         raise SettingsError(f"{where}: llama_model_path = {path!r}: expected the path of your GGUF file on the coordinator")
+
+
+def model_path_is_gguf(cluster: Cluster, inventory_file: str) -> None:
+    path, where = cluster.settings["llama_model_path"], cluster.coordinator.origins["llama_model_path"]
     if not path.endswith(".gguf"):
         raise SettingsError(f"{where}: llama_model_path = {path!r}: expected a .gguf file")
 
@@ -219,11 +223,11 @@ def served_models_apart(cluster: Cluster, inventory_file: str) -> None:
 
 
 # the checks of the settings a model of llama_models may set for itself, run once per model
-MODEL_CHECKS = (context_per_slot, model_path_is_set, same_quantized_kv_types, quantized_v_has_flash_attention,
+MODEL_CHECKS = (context_per_slot, model_path_is_set, model_path_is_gguf, same_quantized_kv_types, quantized_v_has_flash_attention,
                 one_share_per_device)
 
 CHECKS = (hosts_are_addresses, rpc_servers_bind_ipv4, workers_apart_from_the_coordinator, ports_apart_from_ssh, context_per_slot,
-          distinct_rpc_endpoints, model_path_is_set, no_example_addresses, same_quantized_kv_types,
+          distinct_rpc_endpoints, model_path_is_set, model_path_is_gguf, no_example_addresses, same_quantized_kv_types,
           quantized_v_has_flash_attention, rpc_port_apart_from_llama_port, one_share_per_device,
           cuda_can_build_every_gpu, firewall_admits_addresses, api_key_file_is_usable, served_models_apart)
 

@@ -60,14 +60,27 @@ def inventory_file(argv: list[str] = sys.argv) -> str:
 def cluster_of(inventory, inventory_file: str = "inventory.py", deploying: bool = True) -> Cluster:
     """The checked Cluster from pyinfra's Inventory: each host's data in pyinfra's layers (--data, the host's
     own, every group it is in, group_data/all). The deploy and every command read the hosts this one way."""
+    for group in {g for h in inventory for g in h.groups}:
+        if not isinstance(inventory.get_group_data(group), dict):  # ("a", "b"): pyinfra reads (hosts, data)
+            raise SettingsError(f"{inventory_file}: group {group} = {inventory.get_group_data(group)!r} as its data: "
+                                "expected a list of hosts [...], or a (hosts, {data}) tuple")
+    names = {role: [h.name for h in inventory.get_group(role, [])] for role in ROLES}  # a role is its group
+    role_of = {name: role for role in ROLES for name in names[role]}
+    # another group of the inventory applies to the one role its hosts have (a setting no host of it reads is
+    # refused there, as in group_data/workers.yml), or to every host when it holds both
+    group_roles = {}
+    for group in {g for h in inventory for g in h.groups} - set(ROLES):
+        roles = {role_of.get(h.name) for h in inventory.get_group(group, [])} - {None}
+        if len(roles) == 1:
+            group_roles[group] = roles.pop()
+
     def plan(name: str, role: str):
         host = inventory.get_host(name)
         return cluster_.host_plan(name, layers(
             name, role, overrides=inventory.get_override_data(), host_data=inventory.get_host_data(name),
             groups=[(g, inventory.get_group_data(g)) for g in host.groups], all_data=inventory.get_data(),
-            inventory_file=inventory_file))
+            inventory_file=inventory_file, group_roles=group_roles))
 
-    names = {role: [h.name for h in inventory.get_group(role, [])] for role in ROLES}  # a role is its group
     check_inventory_shape(names[COORDINATOR], names[WORKERS], inventory_file)  # before a host's own checks
     hosts = {role: [plan(name, role) for name in names[role]] for role in ROLES}
     return build(hosts[COORDINATOR], hosts[WORKERS], inventory_file, deploying)
@@ -141,6 +154,11 @@ def load_inventory(inventory_path: Path, overrides: dict | None = None, group_da
             raise error from None
         raise SettingsError(f"{wrapped.filename}:{_error_line(error, wrapped.filename)}: {type(error).__name__}: "
                             f"{error}: expected Python that runs (name = value lines)") from None
+    except SettingsError:
+        raise
+    except (TypeError, AttributeError, ValueError, KeyError) as error:  # pyinfra's loader on a group it cannot read
+        raise SettingsError(f"{path}: {type(error).__name__}: {error}: expected each group a list of host names or "
+                            "(name, {data}) tuples, as in inventory.py") from None
 
 
 def write_ssh_config(inventory: Path, directory: Path) -> Path:

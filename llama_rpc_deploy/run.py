@@ -17,8 +17,8 @@ from .deployment import Deployment, from_pyinfra, inventory_file
 class Run:
     deployment: Deployment  # the checked cluster, the llama.cpp source, the image tag
     run_id: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
-    # host name -> [(path, the operation that kept the old file as path.previous)]
-    replaced: dict[str, list] = field(default_factory=dict)
+    # host name -> the paths this run replaces there (each old file kept as path.previous)
+    replaced: dict[str, list[str]] = field(default_factory=dict)
     # worker name -> its rpc-server's restart-or-ensure operations (phases/services.Started)
     worker_services: dict[str, object] = field(default_factory=dict)
     health_check: object | None = None  # the coordinator's wait for /health; failed: every host rolls back
@@ -41,8 +41,8 @@ class Run:
         """llama_models_folder: the models found in llama_model_path's folder, for every later phase."""
         self.deployment = replace(self.deployment, cluster=self.deployment.cluster.with_folder(files))
 
-    def keep_replaced(self, host: str, path: str, operation) -> None:
-        self.replaced.setdefault(host, []).append((path, operation))
+    def keep_replaced(self, host: str, path: str) -> None:
+        self.replaced.setdefault(host, []).append(path)
 
     def workers_restarted(self) -> bool:
         """Whether this run (re)started any worker's rpc-server (asked when an operation runs)."""

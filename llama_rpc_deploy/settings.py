@@ -304,15 +304,17 @@ class Layer:
 
 
 def layers(name: str, role: str, *, overrides: dict, host_data: dict, groups: list[tuple[str, dict]],
-           all_data: dict, inventory_file: str) -> list[Layer]:
+           all_data: dict, inventory_file: str, group_roles: dict[str, str] | None = None) -> list[Layer]:
     """pyinfra's data layers for one host, highest first: --data, the host's own data in the inventory,
     its groups (the later a group in pyinfra's order, the higher), group_data/all. The one place where
     precedence is written: the deploy, the offline commands and the tests all build their layers here."""
     mine = role if role in ROLES else EVERY_HOST
     out = [Layer("--data on the command line", dict(overrides)),
            Layer(f"{inventory_file} (host {name})", dict(host_data), mine)]
-    # group coordinator or workers applies to that role; another group of the inventory may hold hosts of both
-    out += [Layer(f"group_data/{group}.py", dict(data), group if group in ROLES else EVERY_HOST)
+    # group coordinator or workers applies to that role; another group of the inventory to the one role of all
+    # its hosts (group_roles), or to every host when it holds hosts of both
+    out += [Layer(f"group_data/{group}.py", dict(data),
+                  group if group in ROLES else (group_roles or {}).get(group, EVERY_HOST))
             for group, data in reversed(groups) if group != "all"]
     return out + [Layer("group_data/all.py", dict(all_data))]
 

@@ -20,14 +20,15 @@ def roll_back(run: Run):
     role = cluster.role(host.name)
     failed = f"{cluster.settings['state_dir']}/failed/{run.run_id}"
     unit = render.COORDINATOR_UNIT if role == COORDINATOR else render.WORKER_UNIT
-    replaced = run.replaced.get(host.name, [])
+    replaced = run.replaced.get(host.name, [])  # what this run replaced here (a .previous was kept)
     server.shell(name=f"Keep the failed version's files and {unit} log in {failed}",
                  commands=[f"mkdir -p {shell(failed)} && journalctl -u {unit} -n 2000 --no-pager > {shell(f'{failed}/{unit}.log')}; "
-                           + "".join(f"cp -a {shell(path)} {shell(failed + '/')}; " for path, _ in replaced)],
+                           + "".join(f"cp -a {shell(path)} {shell(failed + '/')}; " for path in replaced)],
                  _if=run.health_failed)
-    for path, kept in host.loop(replaced):
-        server.shell(name=f"Put back {path}", commands=[f"cp -a {shell(path + '.previous')} {shell(path)}"],
-                     _if=lambda kept=kept: run.health_failed() and kept.did_change())
+    # one operation on every host, whatever it replaced: the same shape everywhere (see services.put)
+    server.shell(name="Put back the files this run replaced",
+                 commands=[" && ".join(f"cp -a {shell(path + '.previous')} {shell(path)}" for path in replaced)]
+                 if replaced else [], _if=run.health_failed)
     reload_firewall = role == WORKERS and cluster.host(host.name).settings["rpc_firewall"]
     firewall = f"systemctl reload {render.FIREWALL_UNIT}; " if reload_firewall else ""
     server.shell(name=f"Restart {unit} on the previous version",

@@ -23,14 +23,15 @@ def put(run: Run, path: str, content: str, mode: str = "644"):
     """Upload rendered content. When it replaces different content, the old file stays as PATH.previous:
     the last working launch scripts and units survive a deploy that goes wrong.
 
-    Every host creates the same operations whatever changed on it (the keep is gated with _if): pyinfra
-    orders all hosts' operations in one graph, and an operation made on some hosts only, in a loop, gave
-    two workers opposite orders ("Cycle detected in operation ordering DAG")."""
+    Every host creates the same operations whatever changed on it (the keep has no command where nothing is
+    replaced): pyinfra orders all hosts' operations in one graph, and an operation made on some hosts only,
+    in a loop, gave two workers opposite orders ("Cycle detected in operation ordering DAG")."""
     current = host.get_fact(Sha1File, path=path)
     replaces = bool(current) and current != hashlib.sha1(content.encode()).hexdigest()
-    keep = server.shell(name=f"Keep {path} as {path}.previous when it changes",
-                        commands=[f"cp -a {shell(path)} {shell(path + '.previous')}"], _if=lambda: replaces)
-    run.keep_replaced(host.name, path, keep)
+    server.shell(name=f"Keep {path} as {path}.previous",
+                 commands=[f"cp -a {shell(path)} {shell(path + '.previous')}"] if replaces else [])
+    if replaces:
+        run.keep_replaced(host.name, path)
     return files.put(name=f"Install {path}", src=StringIO(content), dest=path, mode=mode)
 
 
@@ -43,7 +44,8 @@ def put_all(run: Run, rendered: dict[str, str]) -> list:
 
 @dataclass(frozen=True)
 class Started:
-    """A unit's two operations, one of which runs: the restart on new files, or 'running and enabled'."""
+    """A unit's two operations, at most one of which has commands: the restart on new files, or
+    'running and enabled'."""
     restart: object
     ensure: object
 
@@ -53,18 +55,17 @@ class Started:
 
 
 def service(name: str, unit: str, files_ops: list, **arguments) -> Started:
-    """The unit running and enabled, restarted (after a daemon-reload) when its files changed: a plain
+    """The unit running and enabled, restarted (after a daemon-reload) when its files change: a plain
     `systemctl restart`, not pyinfra's start-when-stopped, so that a unit still starting on its old files
     (llama-server's wait for its workers) starts over on the new ones. Both operations exist on every host,
-    each gated with _if on whether the files changed when they ran: the same shape whatever the host."""
-    def changed() -> bool:
-        return any(op.did_change() for op in files_ops)
-
+    whatever changed there (one of them without commands), so every host has the same shape, and --dry
+    shows a restart only where one will happen."""
+    restarts = any(op.will_change for op in files_ops)
     restart = server.shell(name=f"{name}: restarted on its new files",
                            commands=[f"systemctl daemon-reload && systemctl enable --quiet {unit} && "
-                                     f"systemctl restart {unit}"], _if=changed, **arguments)
-    ensure = systemd.service(name=name, service=unit, running=True, enabled=True, _if=lambda: not changed(),
-                             **arguments)
+                                     f"systemctl restart {unit}"] if restarts else [], **arguments)
+    ensure = systemd.service(name=name, service=unit, running=None if restarts else True,
+                             enabled=None if restarts else True, **arguments)
     return Started(restart, ensure)
 
 

@@ -84,5 +84,5 @@ def test_one_run_per_pyinfra_state_and_the_split_reaches_every_later_phase(run):
     assert Run.of(State, inventory=None) is run
     run.use_split([3, 5])
     assert run.deployment.cluster.settings["llama_tensor_split"] == [3, 5]
-    run.keep_replaced("10.0.0.10", "/opt/llama-rpc/llama-server.sh", Op(changed=True))
-    assert [p for p, _ in run.replaced["10.0.0.10"]] == ["/opt/llama-rpc/llama-server.sh"]
+    run.keep_replaced("10.0.0.10", "/opt/llama-rpc/llama-server.sh")
+    assert run.replaced["10.0.0.10"] == ["/opt/llama-rpc/llama-server.sh"]

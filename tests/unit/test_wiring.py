@@ -54,7 +54,7 @@ def fake_facts(changed: dict[str, set[str]], header: bytes, header_size: int):
         if fact in (file_facts.Sha1File, file_facts.Sha256File):
             return "0" * 40 if path in changed.get(host.name, ()) else Unchanged("same")
         if fact is file_facts.File:
-            return {"mode": 644 if path != MODEL else 644, "user": "root", "group": "root", "size": 1}
+            return {"mode": 755 if path.endswith(".sh") else 644, "user": "root", "group": "root", "size": 1}
         if fact is file_facts.Directory:
             return {"mode": 755, "user": "root", "group": "root"}
         if fact is file_facts.FindInFile:
@@ -128,7 +128,7 @@ def test_workers_with_different_changes_order_and_fill_the_run_records(tmp_path,
     """The case reproduced on the lab (a worker with rpc_threads: 2 of its own, so its launch script changed,
     beside a worker whose unit changed), a worker with two files changed, and the coordinator's script: pyinfra
     finds one order, and the run's records are filled."""
-    changed = {WORKERS[0]: {SCRIPT}, WORKERS[1]: {UNIT}, WORKERS[2]: {WATCHDOG, UNIT}, COORDINATOR: {LLAMA_SERVER}}
+    changed = {WORKERS[0]: {SCRIPT}, WORKERS[1]: {UNIT}, WORKERS[2]: {WATCHDOG}, COORDINATOR: {LLAMA_SERVER}}
     state = prepare(tmp_path, monkeypatch, changed, workers_data={WORKERS[0]: {"rpc_threads": 2}})
 
     order = state.get_op_order()  # pyinfra's own: raises "Cycle detected in operation ordering DAG" on a tangle
@@ -138,9 +138,13 @@ def test_workers_with_different_changes_order_and_fill_the_run_records(tmp_path,
     assert sorted(run.worker_services) == sorted(WORKERS)
     for name in [COORDINATOR, *WORKERS]:
         assert set(order) >= set(state.inventory.get_host(name).op_hash_order)
-        assert {p for p, _ in run.replaced[name]} >= changed[name]  # what changed can be put back
+        assert set(run.replaced.get(name, [])) == changed[name]  # what this run replaces, and only that
     # every worker creates the same operations in the same order, whatever changed on it
     assert len({tuple(state.inventory.get_host(w).op_hash_order) for w in WORKERS}) == 1
+    # ... and only a changed launch script or unit restarts rpc-server (worker 2's watchdog changed, not rpc-server)
+    restarts = {w: run.worker_services[w].restart.will_change for w in WORKERS}
+    assert restarts == {WORKERS[0]: True, WORKERS[1]: True, WORKERS[2]: False}
+    assert not any(run.worker_services[w].ensure.will_change for w in WORKERS)  # running and enabled already
 
 
 def test_an_extra_group_reads_the_same_in_the_deploy_and_the_commands(tmp_path, monkeypatch):
@@ -161,3 +165,20 @@ def test_an_extra_group_reads_the_same_in_the_deploy_and_the_commands(tmp_path, 
     assert offline.coordinator.origins["llama_ctx_size"].startswith("group_data/big.yml:1")
     for mine, theirs in zip(offline.hosts, deployed.hosts):
         assert (mine.name, mine.settings) == (theirs.name, theirs.settings)
+
+
+def test_an_extra_group_of_workers_only_refuses_a_setting_only_the_coordinator_reads(tmp_path, monkeypatch):
+    """As group_data/workers.yml does: a group whose hosts are all workers applies to the workers."""
+    from llama_rpc_deploy.deployment import offline_cluster
+    from llama_rpc_deploy.settings import SettingsError
+
+    monkeypatch.chdir(PROJECT)
+    (tmp_path / "group_data").mkdir()
+    (tmp_path / "group_data" / "small.py").write_text((PROJECT / "group_data" / "all.py").read_text())
+    (tmp_path / "group_data" / "small.yml").write_text("llama_ctx_size: 8192\n")
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f'coordinator = [("{COORDINATOR}", {{"llama_model_path": "{MODEL}"}})]\n'
+                         f'workers = [("{WORKERS[0]}", {{}}), ("{WORKERS[1]}", {{}})]\nsmall = ["{WORKERS[1]}"]\n')
+    with pytest.raises(SettingsError, match=r"group_data/small.yml:1:\d+: llama_ctx_size = 8192 has no effect there: "
+                                            r"only the coordinator reads it, and this applies to the workers only"):
+        offline_cluster(inventory)
