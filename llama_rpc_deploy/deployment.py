@@ -60,7 +60,8 @@ def inventory_file(argv: list[str] = sys.argv) -> str:
 def cluster_of(inventory, inventory_file: str = "inventory.py", deploying: bool = True) -> Cluster:
     """The checked Cluster from pyinfra's Inventory: each host's data in pyinfra's layers (--data, the host's
     own, every group it is in, group_data/all). The deploy and every command read the hosts this one way."""
-    for group in {g for h in inventory for g in h.groups}:
+    groups = {g for h in inventory for g in h.groups}
+    for group in groups:
         if not isinstance(inventory.get_group_data(group), dict):  # ("a", "b"): pyinfra reads (hosts, data)
             raise SettingsError(f"{inventory_file}: group {group} = {inventory.get_group_data(group)!r} as its data: "
                                 "expected a list of hosts [...], or a (hosts, {data}) tuple")
@@ -69,7 +70,7 @@ def cluster_of(inventory, inventory_file: str = "inventory.py", deploying: bool 
     # another group of the inventory applies to the one role its hosts have (a setting no host of it reads is
     # refused there, as in group_data/workers.yml), or to every host when it holds both
     group_roles = {}
-    for group in {g for h in inventory for g in h.groups} - set(ROLES):
+    for group in groups - set(ROLES):
         roles = {role_of.get(h.name) for h in inventory.get_group(group, [])} - {None}
         if len(roles) == 1:
             group_roles[group] = roles.pop()
