@@ -9,8 +9,9 @@ it before any host goes on. The steps live in llama_rpc_deploy/phases/:
             model fits (before anything changes)
   build     the unprivileged user the containers run as; the image built once on the coordinator
             and streamed to every worker that lacks it (docker save | zstd | ssh | docker load)
-  services  workers: the firewall rule and rpc-server; then the coordinator: llama-server after its
-            workers, and the wait for /health
+  services  the front (HAProxy, reloaded on new files), drained when a server will restart; workers:
+            the firewall rule and rpc-server; then the coordinator: llama-server after its workers, and
+            the wait for /health through the front
   rollback  when that health check failed, every host goes back to its previous version
 """
 from pyinfra import host, inventory, state
@@ -45,6 +46,8 @@ if role is not None:
     barrier(run, "image built, workers ready to receive it")
     on(COORDINATOR, build.distribute_image)
     barrier(run, "the same image on every host")
+    on(COORDINATOR, services.install_front)
+    barrier(run, "the front drained, if a server restarts")
     on(WORKERS, services.install_worker)
     barrier(run, "rpc-server running on every worker")
     on(COORDINATOR, services.install_coordinator)

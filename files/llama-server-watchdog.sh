@@ -18,12 +18,14 @@
 #   RETRANSMISSIONS  retransmissions of the same unacknowledged data that mean the worker is gone (7: about 25 s)
 #   GRACE            seconds to leave llama-server after restarting it, before looking again
 #   SERVER_UNIT      llama-server's systemd unit
+#   NO_DRAIN_FLAG    a file this watchdog creates before its restart: llama-server's stop then skips the
+#                    front's drain (front-drain.sh), since the requests in flight cannot finish
 set -u  # a setting missing from the env file stops the watchdog instead of reading as empty
 
 # shellcheck source=SCRIPTDIR/watchdog-loop.sh
 . "$(dirname "$0")/watchdog-loop.sh" || exit 1
 watchdog_settings "$@"
-: "${RPC_ENDPOINTS:?}" "${INTERVAL:?}" "${RETRANSMISSIONS:?}" "${GRACE:?}" "${SERVER_UNIT:?}"  # required
+: "${RPC_ENDPOINTS:?}" "${INTERVAL:?}" "${RETRANSMISSIONS:?}" "${GRACE:?}" "${SERVER_UNIT:?}" "${NO_DRAIN_FLAG:?}"  # required
 read -ra endpoints <<< "$RPC_ENDPOINTS"  # no pathname expansion: "[fd00::1]:50052" is a glob
 
 unacknowledged() {  # unacknowledged ENDPOINT: is data to ENDPOINT unacknowledged after RETRANSMISSIONS or more tries?
@@ -48,6 +50,7 @@ look() {  # one look at llama-server's connections; restarts it when one of them
     fi
     if [ -n "$reason" ]; then
       echo "$reason: restarting $SERVER_UNIT"
+      : >"$NO_DRAIN_FLAG"
       systemctl restart --no-block "$SERVER_UNIT"
       sleep "$GRACE"  # let it stop and start before looking again
       return 0

@@ -148,6 +148,14 @@ def rpc_port_apart_from_llama_port(cluster: Cluster, inventory_file: str) -> Non
                                 "expected a port other than llama_port on the same address")
 
 
+def server_port_apart_from_the_api(cluster: Cluster, inventory_file: str) -> None:
+    """llama-server listens on the coordinator's loopback at llama_server_port, the front at llama_port."""
+    s, origins = cluster.settings, cluster.coordinator.origins
+    if s["llama_server_port"] == s["llama_port"]:
+        raise SettingsError(f"{origins['llama_server_port']}: llama_server_port = {s['llama_server_port']}: expected "
+                            f"a port other than llama_port ({s['llama_port']}, where the front listens)")
+
+
 def one_share_per_device(cluster: Cluster, inventory_file: str) -> None:
     split = cluster.settings["llama_tensor_split"]
     if isinstance(split, (list, tuple)) and len(split) != len(cluster.devices):
@@ -228,7 +236,8 @@ MODEL_CHECKS = (context_per_slot, model_path_is_set, model_path_is_gguf, same_qu
 
 CHECKS = (hosts_are_addresses, rpc_servers_bind_ipv4, workers_apart_from_the_coordinator, ports_apart_from_ssh, context_per_slot,
           distinct_rpc_endpoints, model_path_is_set, model_path_is_gguf, no_example_addresses, same_quantized_kv_types,
-          quantized_v_has_flash_attention, rpc_port_apart_from_llama_port, one_share_per_device,
+          quantized_v_has_flash_attention, rpc_port_apart_from_llama_port, server_port_apart_from_the_api,
+          one_share_per_device,
           cuda_can_build_every_gpu, firewall_admits_addresses, api_key_file_is_usable, served_models_apart)
 
 

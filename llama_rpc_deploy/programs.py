@@ -15,7 +15,8 @@ from .quoting import shell
 from collections.abc import Sequence
 
 PROGRAMS = ("wait-for-workers.sh", "llama-server-watchdog.sh", "rpc-server-watchdog.sh", "rpc-firewall.sh",
-            "rpc-cache-prune.sh")
+            "rpc-cache-prune.sh", "front-drain.sh")
+FRONT_LUA = "front.lua"  # the front's hold (HAProxy's lua-load), shipped as is like the programs
 WATCHDOG_LIBRARY = "watchdog-loop.sh"  # what both watchdogs share (command line, settings, loop), beside them
 FILES = shipped("files")
 
@@ -24,7 +25,7 @@ _KEY = re.compile(r"[A-Z][A-Z0-9_]*")
 
 def text(name: str) -> str:
     """The content of the program `name` (one of PROGRAMS) as it ships."""
-    if name not in (*PROGRAMS, WATCHDOG_LIBRARY):
+    if name not in (*PROGRAMS, WATCHDOG_LIBRARY, FRONT_LUA):
         raise ValueError(f"{name!r} is not one of the deploy's programs: {', '.join(PROGRAMS)}")
     return (FILES / name).read_text()
 
@@ -67,11 +68,19 @@ def wait_for_workers_env(*, endpoints: Sequence[str], timeout: int, image: str) 
 
 
 def llama_server_watchdog_env(*, endpoints: Sequence[str], interval: int, retransmissions: int, grace: int,
-                              server_unit: str) -> str:
+                              server_unit: str, no_drain_flag: str) -> str:
     """llama-server-watchdog.sh: the workers' HOST:PORT, seconds between looks, retransmissions that mean a
-    worker is gone, seconds to leave llama-server after a restart, and its unit."""
+    worker is gone, seconds to leave llama-server after a restart, its unit, and the file that tells its
+    stop not to drain the front (front-drain.sh)."""
     return env_file(RPC_ENDPOINTS=_words("endpoints", endpoints), INTERVAL=interval, RETRANSMISSIONS=retransmissions,
-                    GRACE=grace, SERVER_UNIT=server_unit)
+                    GRACE=grace, SERVER_UNIT=server_unit, NO_DRAIN_FLAG=no_drain_flag)
+
+
+def front_drain_env(*, socket: str, backend: str, server: str, drain_seconds: int, no_drain_flag: str) -> str:
+    """front-drain.sh: the front's admin socket, llama-server's backend and server in it, the longest wait
+    for the requests in flight, and the watchdog's no-drain file."""
+    return env_file(SOCKET=socket, BACKEND=backend, SERVER=server, DRAIN_SECONDS=drain_seconds,
+                    NO_DRAIN_FLAG=no_drain_flag)
 
 
 def rpc_server_watchdog_env(*, port: int, interval: int, patience: int, server_unit: str) -> str:

@@ -25,6 +25,13 @@ TEMPLATES = shipped("templates")
 UNIT_DIR = "/etc/systemd/system"
 WORKER_UNIT = "rpc-server.service"
 COORDINATOR_UNIT = "llama-server.service"
+FRONT_UNIT = "llama-front.service"
+FRONT_SOCKET = "/run/llama-front/admin.sock"  # HAProxy's runtime API (RuntimeDirectory of FRONT_UNIT)
+FRONT_BACKEND = FRONT_SERVER = "llama-server"  # llama-server's backend and server line in front.cfg
+NO_DRAIN_FLAG = "/run/llama-rpc-no-drain"  # the watchdog's word to front-drain.sh: this stop, no drain
+FRONT_RETRIES = 3  # replays of one request (each held while llama-server is down): few, as a request that
+# crashes llama-server itself would crash it once a replay
+FRONT_IO_TIMEOUT = 600  # seconds of silence from either side of a request (llama-server's own --timeout)
 FIREWALL_UNIT = "llama-rpc-firewall.service"
 WATCHDOG_UNIT = "llama-server-watchdog.service"
 WORKER_WATCHDOG_UNIT = "rpc-server-watchdog.service"
@@ -139,8 +146,8 @@ def llama_server_args(cluster: Cluster, api_key: bool) -> list[str]:
         files, fit = model_options(cluster, model_folders(cluster))
     return [
         *[line(o, v) if v is not None else line(o) for o, v in files],
-        line("--host", s["llama_host"] or cluster.coordinator.address),
-        line("--port", s["llama_port"]),
+        line("--host", "127.0.0.1"),  # behind the front: front_files
+        line("--port", s["llama_server_port"]),
         *([line("--api-key-file", API_KEY_MOUNT)] if api_key else []),
         *([line("--metrics")] if s["llama_metrics"] else []),
         line("--rpc", ",".join(cluster.rpc_endpoints)),
@@ -231,7 +238,37 @@ def coordinator_files(cluster: Cluster, image: str) -> dict[str, str]:
                    programs.wait_for_workers_env(endpoints=cluster.rpc_endpoints, timeout=s["rpc_wait_timeout"],
                                                  image=image)),
         f"{UNIT_DIR}/{COORDINATOR_UNIT}": _render(
-            "llama-server.service.j2", deploy_dir=s["deploy_dir"], start_timeout=s["rpc_wait_timeout"] + 30),
+            "llama-server.service.j2", deploy_dir=s["deploy_dir"], start_timeout=s["rpc_wait_timeout"] + 30,
+            stop_timeout=s["llama_front_drain_seconds"] + 60),
+    }
+
+
+def front_address(cluster: Cluster) -> str:
+    """Where the front listens, as HAProxy's bind line takes it (an IPv6 address in brackets)."""
+    s = cluster.settings
+    host = s["llama_host"] or cluster.coordinator.address
+    return f"[{host}]:{s['llama_port']}" if ":" in host else f"{host}:{s['llama_port']}"
+
+
+def front_files(cluster: Cluster) -> dict[str, str]:
+    """Path on the coordinator -> content: the front (HAProxy's configuration, its hold in Lua, its unit) and
+    front-drain.sh, which llama-server.service runs around a planned restart."""
+    s = cluster.settings
+    deploy_dir = s["deploy_dir"]
+    config, lua = f"{deploy_dir}/front.cfg", f"{deploy_dir}/{programs.FRONT_LUA}"
+    maxrewrite = 1024  # HAProxy's default reserve for the headers it adds
+    return {
+        config: _render("front.cfg.j2", host_name=cluster.coordinator.name, listen=front_address(cluster),
+                        server_port=s["llama_server_port"], socket=FRONT_SOCKET, lua=lua,
+                        bufsize=s["llama_front_replay_kib"] * 1024 + maxrewrite, maxrewrite=maxrewrite,
+                        replay_kib=s["llama_front_replay_kib"], hold_seconds=s["llama_front_hold_seconds"],
+                        retry_after=min(30, s["llama_front_hold_seconds"]), retries=FRONT_RETRIES,
+                        io_timeout=FRONT_IO_TIMEOUT),
+        lua: programs.text(programs.FRONT_LUA),
+        **_program(deploy_dir, "front-drain.sh",
+                   programs.front_drain_env(socket=FRONT_SOCKET, backend=FRONT_BACKEND, server=FRONT_SERVER,
+                                            drain_seconds=s["llama_front_drain_seconds"], no_drain_flag=NO_DRAIN_FLAG)),
+        f"{UNIT_DIR}/{FRONT_UNIT}": _render("llama-front.service.j2", config=config),
     }
 
 
@@ -273,7 +310,8 @@ def watchdog_files(cluster: Cluster) -> dict[str, str]:
         **_program(s["deploy_dir"], "llama-server-watchdog.sh",
                    programs.llama_server_watchdog_env(endpoints=cluster.rpc_endpoints, interval=WATCHDOG_INTERVAL,
                                                       retransmissions=WATCHDOG_RETRANSMISSIONS,
-                                                      grace=3 * WATCHDOG_INTERVAL, server_unit=COORDINATOR_UNIT)),
+                                                      grace=3 * WATCHDOG_INTERVAL, server_unit=COORDINATOR_UNIT,
+                                                      no_drain_flag=NO_DRAIN_FLAG)),
         f"{UNIT_DIR}/{WATCHDOG_UNIT}": _render("llama-server-watchdog.service.j2", deploy_dir=s["deploy_dir"],
                                                server_unit=COORDINATOR_UNIT),
     }

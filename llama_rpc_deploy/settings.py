@@ -243,8 +243,20 @@ SETTINGS: tuple[Setting, ...] = (
     S("llama_sleep_idle_seconds", None, _optional(_int(1, 31536000)),
       "Unload the model from every device after this many idle seconds; reloads on the next request. None: never.", "server"),
     S("llama_threads", None, _optional(_int(1, 1024)), "CPU threads of llama-server. None: llama.cpp's default.", "server"),
-    S("llama_host", None, _optional(ADDRESS), "Address llama-server binds to. None: the coordinator's address.", "server"),
-    S("llama_port", 8080, PORT, "llama-server's HTTP port.", "server"),
+    S("llama_host", None, _optional(ADDRESS),
+      "Address clients reach the API at: the front (HAProxy) listens there. None: the coordinator's address.", "server"),
+    S("llama_port", 8080, PORT, "The API's port, where the front listens for clients.", "server"),
+    S("llama_server_port", 18080, PORT,
+      "llama-server's own port, on the coordinator's loopback only: nothing but the front reaches it.", "server"),
+    S("llama_front_hold_seconds", 180, _int(1, 86400),
+      "How long the front holds a request while llama-server is down, restarting or loading (a worker lost, "
+      "a deploy, a model switch, the wake from sleep). Past it the client gets 503 with Retry-After.", "server"),
+    S("llama_front_drain_seconds", 120, _int(0, 86400),
+      "Before a planned restart (a deploy, a rollback) the front stops sending new requests to llama-server "
+      "and waits at most this long for those in flight to finish.", "server"),
+    S("llama_front_replay_kib", 256, _int(16, 65536),
+      "The largest request (KiB, headers and body) the front keeps to replay when llama-server dies while "
+      "answering it; a larger one is served but not replayed. Each connection may buffer this much.", "server"),
     S("llama_api_key_file", None, _optional(CONTROL_PATH),
       "A file on the control machine holding the API key clients must send (Authorization: Bearer KEY); "
       "chmod 600, outside the repository. It goes to the coordinator readable only by the service user and "

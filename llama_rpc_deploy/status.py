@@ -3,11 +3,13 @@
 Per host: each service and whether it runs, its restarts and their cause (systemd restarting a process
 that died: a crash; a watchdog restarting it: the watchdog's reason), the image and the RPC protocol
 its binaries speak, the tensor cache (workers), the memory nvidia-smi reports (GPU hosts); on the
-coordinator, llama.cpp's load report (weights and KV cache per device, where the projector went) and
-whether the API answers. Exits 1 when a service is down or the API does not answer.
+coordinator, llama.cpp's load report (weights and KV cache per device, where the projector went),
+whether the API answers, and the front's figures (requests held, replayed and failed, the queue).
+Exits 1 when a service is down or the API does not answer.
 """
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 from dataclasses import asdict, dataclass, field
@@ -45,6 +47,7 @@ class HostStatus:
     devices: dict = field(default_factory=dict)  # device -> {"model": MiB, "kv": MiB} (the coordinator's load report)
     projector_on: str | None = None
     api: str = ""  # "ok", or what went wrong
+    front: dict = field(default_factory=dict)  # the front's figures (front_figures), on the coordinator
 
     @property
     def ok(self) -> bool:
@@ -68,7 +71,7 @@ def host_script(host: HostPlan, role: str) -> str:
     """One bash script for a host: sections that start with '== NAME', read by parse()."""
     unit, watchdog, container = _units(role)
     extra = [render.FIREWALL_UNIT] if role == WORKERS and host.settings["rpc_firewall"] else []
-    extra += [render.CACHE_PRUNE_TIMER] if role == WORKERS else []
+    extra += [render.CACHE_PRUNE_TIMER] if role == WORKERS else [render.FRONT_UNIT]
     lines = []
     for u in (unit, watchdog, *extra):
         lines.append(f"echo '== unit {u}'; systemctl is-active {shell(u)} || true")
@@ -85,6 +88,9 @@ def host_script(host: HostPlan, role: str) -> str:
     else:
         lines.append(f"echo '== log'; journalctl -u {shell(unit)} -o cat --no-pager -n 20000 2>/dev/null | "
                      "grep -E 'buffer size|CLIP using|loaded meta data|load_model: loading' || true")
+        socket = shell(f"unix-connect:{render.FRONT_SOCKET}")
+        lines.append(f"echo '== front held'; echo 'show front' | socat -t 5 stdio {socket} 2>/dev/null || true")
+        lines.append(f"echo '== front stat'; echo 'show stat' | socat -t 5 stdio {socket} 2>/dev/null || true")
     return "\n".join(lines) + "\n"
 
 
@@ -114,12 +120,42 @@ def parse(name: str, role: str, output: str, cache_limit: int | None = None) -> 
     if "cache" in sections:
         text = " ".join(sections["cache"]).strip()
         status.cache_bytes = int(text) if text.isdigit() else None
+    if "front stat" in sections:
+        status.front = front_figures(sections.get("front held", []), sections["front stat"])
     if "log" in sections:
         report = load_report.parse("\n".join(sections["log"]))
         status.devices = {d: {"model": report.model.get(d, 0.0), "kv": report.kv.get(d, 0.0)}
                           for d in sorted({*report.model, *report.kv})}
         status.projector_on = report.clip_device
     return status
+
+
+def front_figures(held: list[str], stat: list[str]) -> dict:
+    """The front's figures from its admin socket: front.lua's `show front` (held, holding, expired) and
+    HAProxy's `show stat` CSV (its frontend api, backend replay, server llama-server; front.cfg.j2).
+    Counted since the front last started or reloaded."""
+    rows = {}
+    lines = [line for line in stat if line.strip()]
+    if lines and lines[0].startswith("# "):
+        for row in csv.DictReader([lines[0][2:], *lines[1:]]):
+            rows[(row["pxname"], row["svname"])] = row
+    if not rows:
+        return {}
+    number = lambda key, field: int(rows.get(key, {}).get(field) or 0)  # noqa: E731
+    api, replay = ("api", "FRONTEND"), ("replay", "BACKEND")
+    server = (render.FRONT_BACKEND, render.FRONT_SERVER)
+    lua = dict(line.split(None, 1) for line in held if len(line.split()) == 2)
+    return {
+        "requests": number(api, "req_tot"),
+        "held": int(lua.get("held", 0)),  # waited while llama-server was down, loading or drained
+        "holding": int(lua.get("holding", 0)),  # waiting now: the queue
+        "held_too_long": int(lua.get("expired", 0)),  # answered 503 past llama_front_hold_seconds
+        "replays": number(replay, "wretr"),  # tries the front made again after llama-server died or was down
+        "failed": number(api, "hrsp_5xx"),  # 5xx answers clients got
+        "cut": number(replay, "srv_abrt"),  # answers cut short by llama-server's end (streamed ones)
+        "in_flight": number(server, "scur"),
+        "llama_server": rows.get(server, {}).get("status", "unknown"),
+    }
 
 
 def collect(cluster: Cluster, inventory: Path) -> list[HostStatus]:
@@ -166,6 +202,11 @@ def table(hosts: list[HostStatus]) -> str:
             rows.append(f"  {device:<40} weights {mib['model']:9.2f} MiB  KV {mib['kv']:9.2f} MiB")
         if h.projector_on:
             rows.append(f"  vision projector on {h.projector_on}")
+        if h.front:
+            f = h.front
+            rows.append(f"  front: {f['requests']} requests, {f['held']} held ({f['holding']} waiting now, "
+                        f"{f['held_too_long']} past the hold), {f['replays']} replays, {f['failed']} failed (5xx), "
+                        f"{f['cut']} cut; llama-server {f['llama_server']}, {f['in_flight']} in flight")
     rows.append("all well" if all(h.ok for h in hosts) else "NOT WELL: " + ", ".join(h.name for h in hosts if not h.ok))
     return "\n".join(rows)
 

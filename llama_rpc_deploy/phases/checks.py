@@ -35,11 +35,14 @@ def host_is_ready(run: Run) -> None:
     if found and len(found) != len(me.gpus):
         logger.warning(f"{host.name}: nvidia-smi lists {len(found)} GPUs ({', '.join(n for n, _ in found)}), "
                        f"gpus lists {len(me.gpus)}: the plan and the device order follow gpus")
-    key, ours = ("llama_port", "llama-server") if role == COORDINATOR else ("rpc_port", "rpc-server")
-    listener = host.get_fact(facts.TcpListener, port=s[key])
-    if listener is not None and listener != ours:
-        raise DeployError(f"{host.name}: port {s[key]} is taken by {listener or 'another process'}: "
-                          f"expected it free for {ours} (change {key})")
+    # the ports and what may hold them: ours, or (llama_port, on an upgrade from before the front) llama-server
+    ports = ({"llama_port": ("the front", {"haproxy", "llama-server"}), "llama_server_port": ("llama-server", {"llama-server"})}
+             if role == COORDINATOR else {"rpc_port": ("rpc-server", {"rpc-server"})})
+    for key, (ours, names) in ports.items():
+        listener = host.get_fact(facts.TcpListener, port=s[key])
+        if listener is not None and listener not in names:
+            raise DeployError(f"{host.name}: port {s[key]} is taken by {listener or 'another process'}: "
+                              f"expected it free for {ours} (change {key})")
     if role == COORDINATOR:
         if s["llama_models_folder"]:  # the folder's models join llama_models before anything reads them
             folder = str(PurePosixPath(s["llama_model_path"]).parent)

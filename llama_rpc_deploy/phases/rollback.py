@@ -31,8 +31,13 @@ def roll_back(run: Run):
                  if replaced else [], _if=run.health_failed)
     reload_firewall = role == WORKERS and cluster.host(host.name).settings["rpc_firewall"]
     firewall = f"systemctl reload {render.FIREWALL_UNIT}; " if reload_firewall else ""
+    # the front's previous files, if this run replaced them: reloaded first (a reload strands what it holds
+    # in the old process, which no longer checks llama-server: not while llama-server restarts)
+    front_files = render.front_files(cluster) if role == COORDINATOR else {}
+    front = (f"systemctl try-reload-or-restart {render.FRONT_UNIT}; "
+             if any(path in front_files for path in replaced) else "")
     server.shell(name=f"Restart {unit} on the previous version",
-                 commands=[f"systemctl daemon-reload; {firewall}systemctl restart {unit}"], _if=run.health_failed)
+                 commands=[f"systemctl daemon-reload; {firewall}{front}systemctl restart {unit}"], _if=run.health_failed)
     if role == COORDINATOR:
         url, _ = ready_probe(cluster)
         server.shell(name="Previous version healthy again?", commands=[wait_for_health(cluster, ready=False)],

@@ -10,8 +10,9 @@ from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import Sha1File
-from pyinfra.operations import files, server, systemd
+from pyinfra.operations import apt, files, server, systemd
 
 from .. import client, operations, render
 from ..cluster import SERVICE_USER
@@ -45,9 +46,10 @@ def put_all(run: Run, rendered: dict[str, str]) -> list:
 @dataclass(frozen=True)
 class Started:
     """A unit's two operations, at most one of which has commands: the restart on new files, or
-    'running and enabled'."""
+    'running and enabled'; planned: whether new files restart it (known before anything runs)."""
     restart: object
     ensure: object
+    planned: bool = False
 
     def did_change(self) -> bool:
         """Whether this run (re)started the unit (asked when a later operation runs)."""
@@ -66,7 +68,7 @@ def service(name: str, unit: str, files_ops: list, **arguments) -> Started:
                                      f"systemctl restart {unit}"] if restarts else [], **arguments)
     ensure = systemd.service(name=name, service=unit, running=None if restarts else True,
                              enabled=None if restarts else True, **arguments)
-    return Started(restart, ensure)
+    return Started(restart, ensure, restarts)
 
 
 @deploy("rpc-server on the worker")
@@ -90,7 +92,8 @@ def install_worker(run: Run):
 
 
 def health_probe(cluster) -> tuple[str, str]:
-    """(the /health URL, a command on the coordinator that succeeds when it answers ok)."""
+    """(the /health URL, a command on the coordinator that succeeds when it answers ok). Through the front,
+    as clients see it: it answers 503 at once while llama-server is not up."""
     url = client.server_url(cluster) + "/health"
     return url, f"docker exec llama-server curl -fsS --max-time 5 {shell(url)}"
 
@@ -111,8 +114,41 @@ def wait_for_health(cluster, ready: bool = True) -> str:
     """Wait for ready_probe (after a new version's start), or for health_probe (the previous version's,
     after a rollback: its models need not be the new settings' ones)."""
     _, probe = ready_probe(cluster) if ready else health_probe(cluster)
-    return (f"for i in $(seq {cluster.settings['llama_health_timeout']}); do {probe} && exit 0; sleep 1; done; "
+    # by the clock, not by tries: through the front, a try may wait (held) up to curl's --max-time
+    return (f"end=$(($(date +%s) + {cluster.settings['llama_health_timeout']})); "
+            f"while [ \"$(date +%s)\" -lt \"$end\" ]; do {probe} && exit 0; sleep 1; done; "
             f"journalctl -u {render.COORDINATOR_UNIT} -n 40 --no-pager; exit 1")
+
+
+FRONT_PACKAGES = ("haproxy", "socat")  # the front, and the client of its admin socket (front-drain.sh, status)
+
+
+def front_drain(cluster, word: str) -> str:
+    """front-drain.sh WORD on the coordinator; nothing where the front is not installed yet (a first deploy)."""
+    script = shell(f"{cluster.settings['deploy_dir']}/front-drain.sh")
+    return f"if [ -x {script} ]; then {script} {word}; fi"
+
+
+@deploy("The front, drained before a server restarts")
+def install_front(run: Run):
+    """HAProxy and socat, the front's files, and a reload of a running front on new files, all before any
+    server restarts: a reload leaves the requests it holds in the old HAProxy process, which no longer
+    checks llama-server's health, so it must not come while llama-server restarts. (The front's first
+    start comes after llama-server's restart, in install_coordinator: before this version llama-server
+    held llama_port.) Then, when any rpc-server or llama-server will restart (new files, a new image),
+    the drain: the front stops sending new requests to llama-server (it holds them) and waits, bounded,
+    for those in flight. llama-server cannot survive a worker's restart, so this comes before the workers'."""
+    cluster = run.deployment.cluster
+    missing = [p for p in FRONT_PACKAGES if p not in (host.get_fact(DebPackages) or {})]
+    apt.packages(name=f"The front's packages: {', '.join(FRONT_PACKAGES)}", packages=list(FRONT_PACKAGES),
+                 update=bool(missing), no_recommends=True)
+    changed = any(op.will_change for op in put_all(run, render.front_files(cluster)))
+    server.shell(name="The front reloaded on its new files, if it runs (its requests in flight finish in the old process)",
+                 commands=[f"systemctl daemon-reload && systemctl try-reload-or-restart {render.FRONT_UNIT}"]
+                 if changed else [])
+    run.front_drain = server.shell(
+        name=f"Drain the front (at most {cluster.settings['llama_front_drain_seconds']} s) before servers restart",
+        commands=[front_drain(cluster, "drain")], _if=run.restart_planned)
 
 
 @deploy("llama-server on the coordinator")
@@ -128,9 +164,15 @@ def install_coordinator(run: Run):
             user=SERVICE_USER, group=SERVICE_USER))
     started = service("llama-server running and enabled", render.COORDINATOR_UNIT, changed,
                       _ignore_errors=True)  # the health check below decides
+    run.coordinator_service = started
     after_workers = server.shell(
         name="Restart llama-server after its workers restarted", commands=[f"systemctl restart {render.COORDINATOR_UNIT}"],
         _ignore_errors=True, _if=lambda: run.coordinator_restart_needed(started))
+    # started here the first time (install_front reloads it): on an upgrade from a version without the
+    # front, llama-server held llama_port until its restart above
+    systemd.service(name=f"The front: HAProxy at {render.front_address(cluster)}, running and enabled",
+                    service=render.FRONT_UNIT, running=True, enabled=True,
+                    _ignore_errors=True)  # the health check below, through the front, decides
     _, probe = health_probe(cluster)
 
     def not_healthy_now():
@@ -144,3 +186,5 @@ def install_coordinator(run: Run):
                                     commands=[wait_for_health(cluster)], _if=not_healthy_now, _ignore_errors=True)
     service("Watchdog: restart llama-server when it loses a worker", render.WATCHDOG_UNIT,
             put_all(run, render.watchdog_files(cluster)))
+    server.shell(name="The front sends requests to llama-server again", commands=[front_drain(cluster, "ready")],
+                 _if=lambda: run.front_drain is not None and run.front_drain.did_change())

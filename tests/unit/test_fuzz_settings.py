@@ -166,7 +166,7 @@ def exec_lines_problem(content: str) -> str | None:
     """systemd splits an Exec line like shlex (no % or $ can reach it): into words, the first an absolute path."""
     for line in content.splitlines():
         if line.startswith(("ExecStart=", "ExecStartPre=", "ExecReload=")):
-            words = shlex.split(line.split("=", 1)[1].lstrip("-"))
+            words = shlex.split(line.split("=", 1)[1].lstrip("-+@:!"))  # systemd's prefixes
             if not (words and words[0].startswith("/")):
                 return f"{line!r} splits into {words}"
     return None

@@ -1,11 +1,13 @@
 """The deploy's shell programs (files/*.sh), run for real: the files that ship, with the settings files
-programs.py writes, and stand-ins on PATH for ss, systemctl, docker, iptables and sleep.
+programs.py writes, and stand-ins on PATH for ss, systemctl, docker, iptables, socat and sleep.
 
 No test waits: the watchdogs take a bounded number of looks (--passes N) and their `sleep` is a stand-in
 that only records how long it was asked to sleep.
 """
 import json
+import os
 import shutil
+import stat
 import socket
 import struct
 import subprocess
@@ -15,7 +17,8 @@ import pytest
 
 from llama_rpc_deploy import programs, render
 from llama_rpc_deploy.programs import (FILES, PROGRAMS, WATCHDOG_LIBRARY, cache_prune_env, env_file, firewall_env,
-                                       llama_server_watchdog_env, rpc_server_watchdog_env, wait_for_workers_env)
+                                       front_drain_env, llama_server_watchdog_env, rpc_server_watchdog_env,
+                                       wait_for_workers_env)
 
 from .helpers import cluster
 
@@ -112,8 +115,13 @@ def test_env_functions_name_each_programs_settings():
     assert wait_for_workers_env(endpoints=[ENDPOINT, OTHER], timeout=45, image=IMAGE) == (
         f"RPC_ENDPOINTS='{ENDPOINT} {OTHER}'\nRPC_WAIT_TIMEOUT=45\nIMAGE={IMAGE}\n")
     assert llama_server_watchdog_env(endpoints=[ENDPOINT], interval=5, retransmissions=7, grace=15,
-                                     server_unit=SERVER_UNIT) == (
-        f"RPC_ENDPOINTS={ENDPOINT}\nINTERVAL=5\nRETRANSMISSIONS=7\nGRACE=15\nSERVER_UNIT={SERVER_UNIT}\n")
+                                     server_unit=SERVER_UNIT, no_drain_flag="/run/no drain") == (
+        f"RPC_ENDPOINTS={ENDPOINT}\nINTERVAL=5\nRETRANSMISSIONS=7\nGRACE=15\nSERVER_UNIT={SERVER_UNIT}\n"
+        "NO_DRAIN_FLAG='/run/no drain'\n")
+    assert front_drain_env(socket="/run/llama-front/admin.sock", backend="llama-server", server="llama-server",
+                           drain_seconds=120, no_drain_flag="/run/llama-rpc-no-drain") == (
+        "SOCKET=/run/llama-front/admin.sock\nBACKEND=llama-server\nSERVER=llama-server\nDRAIN_SECONDS=120\n"
+        "NO_DRAIN_FLAG=/run/llama-rpc-no-drain\n")
     assert rpc_server_watchdog_env(port=50052, interval=5, patience=20, server_unit=WORKER_UNIT) == (
         f"RPC_PORT=50052\nINTERVAL=5\nPATIENCE=20\nSERVER_UNIT={WORKER_UNIT}\n")
     assert firewall_env(port=50052, chain="LLAMA-RPC", ipv4=["10.0.0.10", "192.168.1.0/24"], ipv6=[]) == (
@@ -152,11 +160,18 @@ def test_shellcheck(shellcheck_findings, name):
 SETTINGS = {
     "wait-for-workers.sh": wait_for_workers_env(endpoints=[ENDPOINT], timeout=1, image=IMAGE),
     "llama-server-watchdog.sh": llama_server_watchdog_env(endpoints=[ENDPOINT], interval=5, retransmissions=7,
-                                                          grace=15, server_unit=SERVER_UNIT),
+                                                          grace=15, server_unit=SERVER_UNIT,
+                                                          no_drain_flag="/nonexistent/no-drain"),
     "rpc-server-watchdog.sh": rpc_server_watchdog_env(port=50052, interval=5, patience=20, server_unit=WORKER_UNIT),
     "rpc-firewall.sh": firewall_env(port=50052, chain="LLAMA-RPC", ipv4=["10.0.0.10"], ipv6=[]),
     "rpc-cache-prune.sh": cache_prune_env(cache_dir="/nonexistent/rpc", max_bytes=1 << 30, min_age=10),
+    "front-drain.sh": front_drain_env(socket="/nonexistent/admin.sock", backend="llama-server", server="llama-server",
+                                      drain_seconds=5, no_drain_flag="/nonexistent/no-drain"),
 }
+
+
+def test_every_program_has_settings_here():
+    assert set(SETTINGS) == set(PROGRAMS)
 
 
 @pytest.mark.parametrize("name,key", [(name, line.split("=")[0]) for name, env in SETTINGS.items()
@@ -164,11 +179,16 @@ SETTINGS = {
 def test_a_missing_setting_stops_the_program(tmp_path, name, key):
     """Every setting is required: without it the program fails at once and names it, and does nothing."""
     host = Host(tmp_path)
-    for tool in ("docker", "systemctl", "ss", "iptables", "iptables-restore", "ip6tables", "ip6tables-restore"):
+    for tool in ("docker", "systemctl", "ss", "iptables", "iptables-restore", "ip6tables", "ip6tables-restore",
+                 "socat"):
         host.stub(tool, "")
-    result = host.run(name, without(SETTINGS[name], key), *(["--passes", "1"] if "watchdog" in name else []))
+    result = host.run(name, without(SETTINGS[name], key), *ARGS.get(name, []))
     assert result.returncode != 0 and key in result.stderr
     assert not list(tmp_path.glob("*.log")), "it ran something"
+
+
+ARGS = {"llama-server-watchdog.sh": ["--passes", "1"], "rpc-server-watchdog.sh": ["--passes", "1"],
+        "front-drain.sh": ["drain"]}  # what each program runs with, where it takes arguments
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
@@ -185,6 +205,11 @@ def test_the_settings_file_is_next_to_the_program(tmp_path, name):
         (tmp_path / "opt" / name.replace(".sh", ".env")).write_text(SETTINGS[name])
         assert subprocess.run([*interpreter(name), str(script), "--passes", "0"], timeout=10,
                               env={"PATH": "/usr/bin:/bin"}).returncode == 0
+    if name == "front-drain.sh":  # read there: its socket (none here), so nothing to do
+        (tmp_path / "opt" / name.replace(".sh", ".env")).write_text(SETTINGS[name])
+        result = subprocess.run([*interpreter(name), str(script), "ready"], capture_output=True, text=True,
+                                timeout=10, env={"PATH": "/usr/bin:/bin"})
+        assert result.returncode == 0 and "no front at /nonexistent/admin.sock" in result.stdout
 
 
 # --- llama-server-watchdog.sh -----------------------------------------------------------------------------
@@ -198,15 +223,20 @@ def retransmitting(count, timer="on"):
 
 
 class Coordinator(Host):
-    """llama-server's host: `ss` reports the connections set per endpoint, systemctl is-active the given states."""
+    """llama-server's host: `ss` reports the connections set per endpoint, systemctl is-active the given states;
+    systemctl restart notes in flag.log whether the watchdog's no-drain file existed when it was called."""
 
     def __init__(self, tmp_path, active=("active",)):
         super().__init__(tmp_path)
+        self.flag = tmp_path / "run" / "llama-rpc-no-drain"
+        self.flag.parent.mkdir()
         self.sequence("state", active)
         self.stub("ss", f'for dst; do :; done; '  # dst: the last argument
                         f'case "$*" in *close-wait*) {self.cat(f"{tmp_path}/close-wait@$dst")} ;; '
                         f'*established*) {self.cat(f"{tmp_path}/established@$dst")} ;; esac; true')
-        self.stub("systemctl", f'[ "$1" = is-active ] && {{ {self.next("state")}; echo "$v"; }}; true')
+        self.stub("systemctl", f'[ "$1" = is-active ] && {{ {self.next("state")}; echo "$v"; }}; '
+                               f'[ "$1" = restart ] && {{ [ -e {self.flag} ] && echo present || echo absent; }} '
+                               f'>> {tmp_path}/flag.log; true')
 
     def connections(self, endpoint, established="", close_wait=""):
         for state, line in (("established", established), ("close-wait", close_wait)):
@@ -214,8 +244,12 @@ class Coordinator(Host):
 
     def watch(self, passes, endpoints=(ENDPOINT,), retransmissions=7):
         env = llama_server_watchdog_env(endpoints=list(endpoints), interval=5, retransmissions=retransmissions,
-                                        grace=15, server_unit=SERVER_UNIT)
+                                        grace=15, server_unit=SERVER_UNIT, no_drain_flag=str(self.flag))
         return self.run("llama-server-watchdog.sh", env, "--passes", str(passes))
+
+    def flag_at_restarts(self):
+        """For each restart: whether the no-drain file was there when systemctl was asked."""
+        return self.calls("flag")
 
     def restarts(self):
         return [c for c in self.calls("systemctl") if not c.startswith("is-active")]
@@ -233,6 +267,7 @@ def test_a_healthy_connection_is_left_alone(tmp_path, established):
     result = host.watch(passes=2)
     assert result.returncode == 0 and result.stdout == "" and result.stderr == ""
     assert host.looks() == 2 and host.calls("sleep") == ["5"] * 2 and host.restarts() == []
+    assert not host.flag.exists()  # the next planned stop of llama-server drains the front
     assert f"-Htn state close-wait dst {ENDPOINT}" in host.calls("ss")
     assert f"-Htno state established dst {ENDPOINT}" in host.calls("ss")
 
@@ -250,6 +285,8 @@ def test_a_lost_worker_restarts_llama_server(tmp_path, case):
     why = ("closed llama-server's connection (it restarted, or its host went down)" if case == "close-wait"
            else "stopped acknowledging data (the worker or the network is down)")
     assert result.stdout == f"rpc-server at {ENDPOINT} {why}: restarting {SERVER_UNIT}\n"
+    # its stop skips the front's drain: the requests in flight cannot finish without the worker
+    assert host.flag_at_restarts() == ["present"] and host.flag.exists()
 
 
 @pytest.mark.parametrize("retransmissions,count,restart", [
@@ -263,6 +300,7 @@ def test_the_retransmission_threshold_is_a_number(tmp_path, retransmissions, cou
     assert result.returncode == 0, result.stderr
     assert host.looks() == 1
     assert host.restarts() == ([f"restart --no-block {SERVER_UNIT}"] if restart else [])
+    assert host.flag.exists() == restart
 
 
 def test_each_worker_is_watched_and_one_restart_is_enough(tmp_path):
@@ -285,6 +323,7 @@ def test_nothing_while_llama_server_is_not_running(tmp_path):
     host.connections(ENDPOINT, close_wait=IDLE)
     result = host.watch(passes=3)
     assert result.returncode == 0 and host.looks() == 3 and host.restarts() == [] and host.calls("ss") == []
+    assert not host.flag.exists()
 
 
 @pytest.mark.parametrize("name", ["llama-server-watchdog.sh", "rpc-server-watchdog.sh"])
@@ -368,6 +407,126 @@ def test_the_wait_starts_again_while_rpc_server_is_not_running(tmp_path):
     host = Worker(tmp_path, queued=(1,), active=("active", "active", "active", "activating", "active"))
     assert host.watch(passes=7).stdout == ""
     assert f"restart {WORKER_UNIT}" not in host.calls("systemctl") and len(host.calls("ss")) == 6
+
+
+# --- front-drain.sh ---------------------------------------------------------------------------------------
+
+class Front(Host):
+    """The coordinator with its front: an admin socket (a socket file: nothing listens, socat is a stand-in) and
+    a `socat` that logs each command it is given on stdin to commands.log and answers `show stat` with HAProxy's
+    CSV, the server's scur (5th field) the next value of the sequence "scur"."""
+
+    def __init__(self, tmp_path, scur=(0,), socket=True):
+        super().__init__(tmp_path)
+        self.socket = tmp_path / "admin.sock"
+        self.flag = tmp_path / "llama-rpc-no-drain"
+        if socket:
+            os.mknod(self.socket, stat.S_IFSOCK | 0o600)
+        self.sequence("scur", scur)
+        header = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout"
+        self.stub("socat", f'read -r cmd; echo "$cmd" >> {tmp_path}/commands.log; case "$cmd" in "show stat"*) '
+                           f'{self.next("scur")}; echo "{header}"; echo "llama-server,BACKEND,0,0,9,9,,9,0,0"; '
+                           f'echo "llama-server,llama-server,0,0,$v,1,,12,0,0"; echo ;; *) echo ;; esac')
+
+    def drain(self, *args, drain_seconds=5):
+        env = front_drain_env(socket=str(self.socket), backend="llama-server", server="llama-server",
+                              drain_seconds=drain_seconds, no_drain_flag=str(self.flag))
+        return self.run("front-drain.sh", env, *args)
+
+    def commands(self):
+        return self.calls("commands")
+
+
+DRAIN = "set server llama-server/llama-server state drain"
+LOOK = "show stat llama-server 4 -1"
+
+
+def test_drain_waits_until_no_request_is_in_flight(tmp_path):
+    host = Front(tmp_path, scur=(2, 1, 1, 0))
+    result = host.drain("drain")
+    assert result.returncode == 0, result.stderr
+    assert host.commands() == [DRAIN, LOOK, LOOK, LOOK, LOOK]  # drained first, then a look every 0.5 s
+    assert host.calls("sleep") == ["0.5"] * 3
+    assert set(host.calls("socat")) == {f"-t 5 stdio unix-connect:{host.socket}"}
+    assert result.stdout == "front-drain: drained, new requests are held\n"
+
+
+def test_drain_without_requests_in_flight_returns_at_once(tmp_path):
+    host = Front(tmp_path, scur=(0,))
+    result = host.drain("drain")
+    assert result.returncode == 0 and host.commands() == [DRAIN, LOOK] and host.calls("sleep") == []
+
+
+def test_drain_gives_up_after_drain_seconds(tmp_path):
+    """A request that does not finish: one look past DRAIN_SECONDS (0 here), then the stop goes on anyway."""
+    host = Front(tmp_path, scur=(3,))
+    result = host.drain("drain", drain_seconds=0)
+    assert result.returncode == 0, result.stderr
+    assert host.commands() == [DRAIN, LOOK] and host.calls("sleep") == []
+    assert result.stdout == "front-drain: 3 request(s) still in flight after 0s: going on\n"
+
+
+def test_drain_is_bounded_by_the_clock(tmp_path):
+    """DRAIN_SECONDS=1 and a sleep that takes its time: it keeps looking, and gives up within about a second."""
+    import time
+
+    host = Front(tmp_path, scur=(1,))
+    host.stub("sleep", "/bin/sleep 0.1")
+    start = time.monotonic()
+    result = host.drain("drain", drain_seconds=1)
+    took = time.monotonic() - start
+    assert result.returncode == 0 and "1 request(s) still in flight after 1s: going on" in result.stdout
+    assert took < 3 and host.commands()[0] == DRAIN and set(host.commands()[1:]) == {LOOK}
+    assert len(host.commands()) - 1 == len(host.calls("sleep")) + 1  # a look after each sleep, and a first
+
+
+def test_ready_sends_requests_to_llama_server_again(tmp_path):
+    host = Front(tmp_path)
+    result = host.drain("ready")
+    assert result.returncode == 0, result.stderr
+    assert host.commands() == ["set server llama-server/llama-server state ready"]
+    assert result.stdout == "front-drain: requests go to llama-server once its health check passes\n"
+
+
+@pytest.mark.parametrize("word", ["drain", "ready"])
+def test_no_front_is_nothing_to_do(tmp_path, word):
+    """No admin socket: the front is not installed or not running yet (a first deploy): exit 0, nothing sent."""
+    host = Front(tmp_path, socket=False)
+    result = host.drain(word)
+    assert result.returncode == 0 and result.stdout == f"front-drain: no front at {host.socket}: nothing to do\n"
+    assert host.calls("socat") == [] and host.calls("sleep") == []
+
+
+@pytest.mark.parametrize("socket", [True, False])
+def test_the_watchdogs_file_skips_one_drain(tmp_path, socket):
+    """The watchdog restarts a llama-server that lost a worker: that stop does not drain (its requests cannot
+    finish), and it removes the file, front or not, so the next stop drains again."""
+    host = Front(tmp_path, scur=(1,), socket=socket)
+    host.flag.touch()
+    result = host.drain("drain")
+    assert result.returncode == 0 and "no drain" in result.stdout
+    assert not host.flag.exists() and host.calls("socat") == []
+    if socket:
+        result = host.drain("drain", drain_seconds=0)
+        assert result.returncode == 0 and host.commands() == [DRAIN, LOOK]
+
+
+def test_ready_leaves_the_watchdogs_file(tmp_path):
+    """Only the stop it was meant for (a drain) takes it."""
+    host = Front(tmp_path)
+    host.flag.touch()
+    assert host.drain("ready").returncode == 0
+    assert host.flag.exists() and host.commands() == ["set server llama-server/llama-server state ready"]
+
+
+@pytest.mark.parametrize("socket", [True, False])
+@pytest.mark.parametrize("args", [[], ["stop"], ["Drain"], ["--drain"]])
+def test_front_drain_refuses_other_arguments(tmp_path, args, socket):
+    host = Front(tmp_path, socket=socket)
+    host.flag.touch()
+    result = host.drain(*args)
+    assert result.returncode == 2 and result.stderr == "usage: front-drain.sh drain|ready\n"
+    assert host.calls("socat") == [] and host.flag.exists()
 
 
 # --- wait-for-workers.sh ----------------------------------------------------------------------------------
@@ -561,7 +720,7 @@ def test_firewall_fails_when_a_rule_cannot_be_set(tmp_path, fail):
 
 def deployed(c, image=IMAGE):
     """Every file the deploy writes for cluster c, by path (the coordinator's, then each worker's)."""
-    files = {**render.coordinator_files(c, image), **render.watchdog_files(c)}
+    files = {**render.coordinator_files(c, image), **render.watchdog_files(c), **render.front_files(c)}
     for worker in c.workers:
         files.update({f"{worker.name}:{path}": content for path, content in
                       {**render.worker_watchdog_files(worker), **render.firewall_files(c, worker),
@@ -570,7 +729,7 @@ def deployed(c, image=IMAGE):
 
 
 def test_the_deploy_ships_each_program_unchanged_next_to_its_settings():
-    c = cluster(workers=[None, None], all_data={"rpc_wait_timeout": 45})
+    c = cluster(workers=[None, None], all_data={"rpc_wait_timeout": 45, "llama_front_drain_seconds": 30})
     files = deployed(c)
     endpoints = ["10.0.0.20:50052", "10.0.0.21:50052"]
     for name in PROGRAMS:
@@ -580,7 +739,13 @@ def test_the_deploy_ships_each_program_unchanged_next_to_its_settings():
     assert files["/opt/llama-rpc/wait-for-workers.env"] == wait_for_workers_env(endpoints=endpoints, timeout=45,
                                                                                 image=IMAGE)
     assert files["/opt/llama-rpc/llama-server-watchdog.env"] == llama_server_watchdog_env(
-        endpoints=endpoints, interval=5, retransmissions=7, grace=15, server_unit=SERVER_UNIT)
+        endpoints=endpoints, interval=5, retransmissions=7, grace=15, server_unit=SERVER_UNIT,
+        no_drain_flag=render.NO_DRAIN_FLAG)
+    # the watchdog leaves its file where front-drain.sh looks for it
+    assert files["/opt/llama-rpc/front-drain.env"] == front_drain_env(
+        socket=render.FRONT_SOCKET, backend=render.FRONT_BACKEND, server=render.FRONT_SERVER, drain_seconds=30,
+        no_drain_flag=render.NO_DRAIN_FLAG)
+    assert files["/opt/llama-rpc/front.lua"] == programs.text(programs.FRONT_LUA) == (FILES / "front.lua").read_text()
     assert files["10.0.0.21:/opt/llama-rpc/rpc-server-watchdog.env"] == rpc_server_watchdog_env(
         port=50052, interval=5, patience=20, server_unit=WORKER_UNIT)
     for unit, name in ((f"/etc/systemd/system/{render.WATCHDOG_UNIT}", "llama-server-watchdog.sh"),

@@ -89,7 +89,7 @@ def test_each_host_gets_the_script_of_its_role():
 # What the deploy installs and starts per role (llama_rpc_deploy/phases/services.py): the firewall only
 # with rpc_firewall; the cache prune runs from its timer, so the timer is what status asks about.
 DEPLOYED_UNITS = {
-    "coordinator": [render.COORDINATOR_UNIT, render.WATCHDOG_UNIT],
+    "coordinator": [render.COORDINATOR_UNIT, render.WATCHDOG_UNIT, render.FRONT_UNIT],
     "workers": [render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, render.FIREWALL_UNIT, render.CACHE_PRUNE_TIMER],
     "worker without rpc_firewall": [render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, render.CACHE_PRUNE_TIMER],
 }
@@ -145,6 +145,6 @@ def test_the_deployed_units_are_the_ones_render_writes():
         return {path.rsplit("/", 1)[1] for path in files if path.startswith(render.UNIT_DIR + "/")}
     worker = units({**render.worker_files(c, w, "img"), **render.firewall_files(c, w),
                     **render.worker_watchdog_files(w), **render.cache_prune_files(w)})
-    coordinator = units({**render.coordinator_files(c, "img"), **render.watchdog_files(c)})
+    coordinator = units({**render.coordinator_files(c, "img"), **render.watchdog_files(c), **render.front_files(c)})
     assert worker - started_by_a_timer == set(DEPLOYED_UNITS["workers"])
     assert coordinator == set(DEPLOYED_UNITS["coordinator"])

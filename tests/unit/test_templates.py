@@ -26,7 +26,7 @@ CLUSTERS = {
 
 
 def every_file(c) -> dict[str, str]:
-    out = {**render.coordinator_files(c, IMAGE), **render.watchdog_files(c)}
+    out = {**render.coordinator_files(c, IMAGE), **render.watchdog_files(c), **render.front_files(c)}
     for w in c.workers:
         out |= {f"{w.name}:{p}": t for p, t in {**render.worker_files(c, w, IMAGE), **render.firewall_files(c, w),
                                                  **render.worker_watchdog_files(w), **render.cache_prune_files(w)}.items()}

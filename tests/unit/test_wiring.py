@@ -16,6 +16,7 @@ from pyinfra.api import Config, State
 from pyinfra.api.host import Host
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_config, ctx_inventory, ctx_state
+from pyinfra.facts import deb as deb_facts
 from pyinfra.facts import files as file_facts
 from pyinfra.facts import server as server_facts
 from pyinfra.facts import systemd as systemd_facts
@@ -51,6 +52,8 @@ def fake_facts(changed: dict[str, set[str]], header: bytes, header_size: int):
         }
         if fact in answers:
             return answers[fact]
+        if fact is deb_facts.DebPackages:
+            return {"haproxy": ["2.6.12-1+deb12u4"], "socat": ["1.7.4.4-2"]}
         if fact in (file_facts.Sha1File, file_facts.Sha256File):
             return "0" * 40 if path in changed.get(host.name, ()) else Unchanged("same")
         if fact is file_facts.File:
@@ -62,11 +65,11 @@ def fake_facts(changed: dict[str, set[str]], header: bytes, header_size: int):
         if fact is systemd_facts.SystemdStatus:
             return {unit: True for unit in (render.WORKER_UNIT, render.COORDINATOR_UNIT, render.FIREWALL_UNIT,
                                             render.WATCHDOG_UNIT, render.WORKER_WATCHDOG_UNIT,
-                                            render.CACHE_PRUNE_TIMER)}
+                                            render.CACHE_PRUNE_TIMER, render.FRONT_UNIT)}
         if fact is systemd_facts.SystemdEnabled:
             return {unit: True for unit in (render.WORKER_UNIT, render.COORDINATOR_UNIT, render.FIREWALL_UNIT,
                                             render.WATCHDOG_UNIT, render.WORKER_WATCHDOG_UNIT,
-                                            render.CACHE_PRUNE_TIMER)}
+                                            render.CACHE_PRUNE_TIMER, render.FRONT_UNIT)}
         if fact is server_facts.Users:
             return {"llama-rpc": {"home": "/nonexistent", "shell": "/usr/sbin/nologin", "group": "llama-rpc",
                                   "groups": [], "uid": 999, "gid": 999, "comment": None}}
