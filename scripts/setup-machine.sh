@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make this (Debian/Ubuntu) control machine ready: Docker Engine running, debootstrap for the lab's
-# base image, ssh-keygen, and the Python packages. Safe to run again; it only adds what is missing.
+# base image, ssh-keygen, HAProxy and socat for the front's tests, and the Python packages. Safe to run
+# again; it only adds what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,8 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
 command -v curl >/dev/null || need+=(curl)
 command -v shellcheck >/dev/null || need+=(shellcheck)  # the unit tests check every rendered script
+[ -x /usr/sbin/haproxy ] || need+=(haproxy)  # tests/front run the front (HAProxy) as the coordinator does
+command -v socat >/dev/null || need+=(socat)  # ... and reach its admin socket as front-drain.sh does
 command -v npm >/dev/null || need+=(nodejs npm)  # builds llama-server's chat page once (llama_rpc_deploy/webui.py)
 command -v chromium >/dev/null || need+=(chromium)  # the chat page test runs a real browser, headless
 command -v chromedriver >/dev/null || need+=(chromium-driver)
