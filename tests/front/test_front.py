@@ -368,6 +368,25 @@ def test_requests_while_llama_server_is_down_then_loading_are_held_and_answered(
     assert front.show_front()["held"] >= 4
 
 
+def test_streamed_requests_while_llama_server_is_down_are_held_and_streamed_whole(front):
+    """A streamed request takes its own, one-hop path (frontend api to llama-server): held there the same
+    way, then streamed whole, without the front's header."""
+    front.wait_status("DOWN")
+    calls = [front.background(body={"tag": f"s{i}", "delay": 0.3, "stream": True}) for i in range(2)]
+    time.sleep(1)
+    assert not any(c.done() for c in calls)
+    front.start_llama(loading=1, wait_up=False)
+    for c in calls:
+        a = c.answer(HOLD + 5)
+        assert a.status == 200 and a.body.rstrip().endswith(b"data: [DONE]"), a
+        assert a.body.count(b"data: ") > 2, a
+    log = front.llama_log()
+    assert len(log) == 2 and not any(r["loading"] for r in log), log
+    assert all(r.get("front_header") is None for r in log), "the front's own header reached llama-server"
+    replay = next(line for line in front.admin("show stat").splitlines() if line.startswith("replay,BACKEND,"))
+    assert replay.split(",")[7] == "0", replay  # stot: no session went the replay's way
+
+
 def test_a_request_cut_by_a_crash_is_replayed(front):
     """Not streamed: llama-server dies while answering (SIGKILL); the front sends the same request again once
     it is back (here after 1 s down and 1 s loading), and the client gets the new one's answer."""
