@@ -7,6 +7,11 @@
 -- (its X-Llama-Front-Since header, set by the public frontend: a replayed request keeps its first arrival).
 -- Then it goes on: to llama-server if it is UP, else to a 503 with Retry-After.
 --
+-- After a reload (systemctl reload llama-front), the old HAProxy process finishes what it holds but no longer
+-- checks llama-server's health, so its view of llama-server is frozen. There a held request stops waiting and
+-- sets txn.llama_front_stopping: it then goes the replay's way, whose next try reaches the hold of the new
+-- process (the internal socket is the new process's by then), where the health checks run.
+--
 -- `show front` on the admin socket prints what was held:
 --   held      requests that waited here (one replayed after a crash and held again counts twice)
 --   holding   requests waiting here now
@@ -23,6 +28,10 @@ local function up(server)
   return server:get_stats()["status"] == "UP"
 end
 
+local function stopping()  -- this process was reloaded: a newer one serves, and this one only finishes its work
+  return tonumber(core.get_info()["Stopping"]) == 1
+end
+
 core.register_action("llama_hold", { "http-req" }, function(txn, backend, server_name, seconds)
   local server = core.backends[backend].servers[server_name]
   if up(server) then
@@ -34,11 +43,13 @@ core.register_action("llama_hold", { "http-req" }, function(txn, backend, server
     return
   end
   held, holding = held + 1, holding + 1
-  while not up(server) and now_ms() < deadline do
+  while not up(server) and not stopping() and now_ms() < deadline do
     core.msleep(100)
   end
   holding = holding - 1
-  if not up(server) then
+  if stopping() then
+    txn:set_var("txn.llama_front_stopping", true)
+  elseif not up(server) then
     expired = expired + 1
   end
 end, 3)

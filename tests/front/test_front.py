@@ -248,17 +248,27 @@ class Front:
 
     def start(self):
         with open(self.dir / "haproxy.log", "wb") as log:  # its own log lines too (log stdout)
-            self.haproxy = subprocess.Popen([HAPROXY, "-db", "-f", str(self.dir / "front.cfg")], stdout=log,
+            # master-worker, as llama-front.service runs it (-Ws): reload() sends the master SIGUSR2
+            self.haproxy = subprocess.Popen([HAPROXY, "-W", "-db", "-f", str(self.dir / "front.cfg")], stdout=log,
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True)
         wait_until(lambda: self.haproxy.poll() is not None or (self.socket.exists() and accepts(self.port)), 10,
                    "haproxy listening")
         assert self.haproxy.poll() is None, f"haproxy exited: {self.log()}"
 
+    def reload(self):
+        """As systemctl reload llama-front: new workers on the same files, the old ones finish what they hold."""
+        self.haproxy.send_signal(signal.SIGUSR2)
+        wait_until(lambda: "Former worker" in self.log() or self.log().count("Loading success") >= 2, 10,
+                   f"the reload: {self.log()[-2000:]}")
+
     def stop(self):
         for p in [*self.fakes, self.haproxy]:
             if p is not None and p.poll() is None:
-                p.kill()
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)  # haproxy's master and its workers; a fake alone
+                except ProcessLookupError:
+                    pass
                 p.wait(5)
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -385,6 +395,23 @@ def test_streamed_requests_while_llama_server_is_down_are_held_and_streamed_whol
     assert all(r.get("front_header") is None for r in log), "the front's own header reached llama-server"
     replay = next(line for line in front.admin("show stat").splitlines() if line.startswith("replay,BACKEND,"))
     assert replay.split(",")[7] == "0", replay  # stot: no session went the replay's way
+
+
+def test_requests_held_through_a_reload_are_answered_once_llama_server_is_back(front):
+    """A reload (a deploy changed the front's files) while requests are held: the old process no longer checks
+    llama-server's health, so its held requests move to the new one, and are answered when llama-server is
+    back, not at the end of the hold."""
+    front.wait_status("DOWN")
+    calls = [front.background(body={"tag": "r0", "delay": 0.1}),
+             front.background(body={"tag": "r1", "delay": 0.1, "stream": True})]
+    time.sleep(1)
+    assert not any(c.done() for c in calls)
+    front.reload()
+    time.sleep(0.5)
+    front.start_llama()
+    for c in calls:
+        a = c.answer(HOLD + 5)
+        assert a.status == 200 and a.took < HOLD, a
 
 
 def test_a_request_cut_by_a_crash_is_replayed(front):
