@@ -8,9 +8,9 @@
 -- Then it goes on: to llama-server if it is UP, else to a 503 with Retry-After.
 --
 -- After a reload (systemctl reload llama-front), the old HAProxy process finishes what it holds but no longer
--- checks llama-server's health, so its view of llama-server is frozen. There a held request stops waiting and
--- sets txn.llama_front_stopping: it then goes the replay's way, whose next try reaches the hold of the new
--- process (the internal socket is the new process's by then), where the health checks run.
+-- checks llama-server's health, so its view of llama-server is frozen. There a held request stops waiting: if
+-- llama-server is not up it gets a 503 that the replay sends again, to the hold of the new process (the
+-- internal socket is the new process's by then), where the health checks run.
 --
 -- `show front` on the admin socket prints what was held:
 --   held      requests that waited here (one replayed after a crash and held again counts twice)
@@ -47,9 +47,7 @@ core.register_action("llama_hold", { "http-req" }, function(txn, backend, server
     core.msleep(100)
   end
   holding = holding - 1
-  if stopping() then
-    txn:set_var("txn.llama_front_stopping", true)
-  elseif not up(server) then
+  if not up(server) and not stopping() then
     expired = expired + 1
   end
 end, 3)

@@ -379,8 +379,7 @@ def test_requests_while_llama_server_is_down_then_loading_are_held_and_answered(
 
 
 def test_streamed_requests_while_llama_server_is_down_are_held_and_streamed_whole(front):
-    """A streamed request takes its own, one-hop path (frontend api to llama-server): held there the same
-    way, then streamed whole, without the front's header."""
+    """Streamed requests are held the same way, then streamed whole, without the front's header."""
     front.wait_status("DOWN")
     calls = [front.background(body={"tag": f"s{i}", "delay": 0.3, "stream": True}) for i in range(2)]
     time.sleep(1)
@@ -393,8 +392,6 @@ def test_streamed_requests_while_llama_server_is_down_are_held_and_streamed_whol
     log = front.llama_log()
     assert len(log) == 2 and not any(r["loading"] for r in log), log
     assert all(r.get("front_header") is None for r in log), "the front's own header reached llama-server"
-    replay = next(line for line in front.admin("show stat").splitlines() if line.startswith("replay,BACKEND,"))
-    assert replay.split(",")[7] == "0", replay  # stot: no session went the replay's way
 
 
 def test_requests_held_through_a_reload_are_answered_once_llama_server_is_back(front):
