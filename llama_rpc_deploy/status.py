@@ -151,7 +151,7 @@ def front_figures(held: list[str], stat: list[str]) -> dict:
         "holding": int(lua.get("holding", 0)),  # waiting now: the queue
         "held_too_long": int(lua.get("expired", 0)),  # answered 503 past llama_front_hold_seconds
         "replays": number(replay, "wretr"),  # tries the front made again after llama-server died or was down
-        "failed": number(api, "hrsp_5xx"),  # 5xx answers clients got
+        "failed": number(api, "hrsp_5xx"),  # 5xx answers clients got (the front's own 503 to /health included)
         "cut": number(replay, "srv_abrt"),  # answers cut short by llama-server's end (streamed ones)
         "in_flight": number(server, "scur"),
         "llama_server": rows.get(server, {}).get("status", "unknown"),
