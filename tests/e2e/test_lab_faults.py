@@ -176,8 +176,8 @@ def test_a_version_that_fails_its_health_check_is_rolled_back(cluster):
 
 
 def test_load_four_clients_steady_and_through_a_worker_restart(cluster):
-    """4 concurrent clients: none fails while nothing is broken; one rpc-server restart in the middle
-    fails a bounded number of requests, and the clients are served again within a bounded time."""
+    """4 concurrent clients: none fails while nothing is broken, nor through an rpc-server restart in the
+    middle (llama-server restarts; the front holds and replays the requests meanwhile)."""
     steady = run_load(cluster, clients=4, requests_each=6, n_predict=16)
     print(f"\n[load] steady: {steady.summary()}")
     assert len(steady.requests) == 24 and steady.failed == []
@@ -193,13 +193,7 @@ def test_load_four_clients_steady_and_through_a_worker_restart(cluster):
     faulty = run_load(cluster, clients=4, requests_each=40, n_predict=16, timeout=60, during=restart_worker)
     t_restart = restarted["at"] - start
     failures = sorted(r.start for r in faulty.failed)
-    served_again = min((r.start + r.seconds for r in faulty.requests
-                        if r.ok and failures and r.start > failures[-1]), default=None)
-    recovery = served_again - t_restart if served_again is not None else None
     print(f"[load] with a worker restart at {t_restart:.1f} s: {faulty.summary()}; "
-          f"first request served after the last failure: {recovery and round(recovery, 1)} s after the restart")
+          f"the slowest request took {max(r.seconds for r in faulty.requests):.1f} s (held through the restart)")
     assert len(faulty.requests) == 160
-    # bounded: failures only while llama-server restarts (each client retries every 0.5 s meanwhile)
-    assert all(t_restart - 1 <= t <= t_restart + 30 for t in failures), failures
-    assert not failures or (recovery is not None and recovery < 60)
-    assert all(r.ok for r in faulty.requests if r.start > t_restart + 60)
+    assert failures == [], faulty.summary()  # before the front: 48 of 160 failed within 6.4 s of the restart

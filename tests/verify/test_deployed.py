@@ -37,10 +37,48 @@ def test_rpc_server_service_active_and_enabled(worker):
 
 # --- ports ---
 
-def test_llama_server_listens_on_its_address(coordinator, deployment):
+def test_the_front_listens_on_the_api_address(coordinator, deployment):
+    """Clients reach HAProxy (the front) at llama_host:llama_port, not llama-server."""
     s = deployment.cluster.settings
     address = s["llama_host"] or deployment.cluster.coordinator.address
     assert coordinator.socket(f"tcp://{address}:{s['llama_port']}").is_listening
+    listeners = coordinator.check_output(f"ss -Hltnp 'sport = :{s['llama_port']}'")
+    assert '"haproxy"' in listeners and "llama-server" not in listeners, listeners
+
+
+def test_llama_server_listens_on_loopback_only(coordinator, deployment):
+    """llama-server listens on 127.0.0.1:llama_server_port and nowhere else: only the front reaches it."""
+    port = deployment.cluster.settings["llama_server_port"]
+    listeners = coordinator.check_output(f"ss -Hltnp 'sport = :{port}'").splitlines()
+    assert listeners and all("llama-server" in line for line in listeners), listeners
+    assert {line.split()[3] for line in listeners} == {f"127.0.0.1:{port}"}, listeners
+
+
+def test_llama_server_cannot_be_reached_from_a_worker(worker, deployment):
+    """From another host, llama-server's port does not answer (the front's does)."""
+    s, address = deployment.cluster.settings, deployment.cluster.coordinator.address
+    def reach(port):
+        return worker.check_output(f"timeout 3 bash -c '>/dev/tcp/{address}/{int(port)}' 2>/dev/null && echo open || echo closed")
+    assert reach(s["llama_server_port"]) == "closed"
+    if not s["llama_host"]:  # the front listens on the coordinator's address
+        assert reach(s["llama_port"]) == "open"
+
+
+def test_the_front_runs_a_valid_configuration(coordinator, deployment):
+    """llama-front.service runs, is enabled, and HAProxy finds its configuration valid; its admin socket
+    answers with llama-server up."""
+    service = coordinator.service(render.FRONT_UNIT.removesuffix(".service"))
+    assert service.is_running and service.is_enabled
+    config = f"{deployment.cluster.settings['deploy_dir']}/front.cfg"
+    check = coordinator.run("haproxy -c -f %s", config)
+    assert check.rc == 0, check.stdout + check.stderr
+    stat = coordinator.check_output(f"echo 'show stat' | socat -t 5 stdio unix-connect:{render.FRONT_SOCKET}")
+    row = next(line.split(",") for line in stat.splitlines()
+               if line.startswith(f"{render.FRONT_BACKEND},{render.FRONT_SERVER},"))
+    header = stat.splitlines()[0].removeprefix("# ").split(",")
+    assert row[header.index("status")] == "UP", stat
+    held = coordinator.check_output(f"echo 'show front' | socat -t 5 stdio unix-connect:{render.FRONT_SOCKET}")
+    assert held.startswith("held "), held
 
 
 def test_rpc_server_listens_only_on_its_address(worker, worker_plan):

@@ -1,0 +1,956 @@
+"""No request lost: 4 clients keep asking while the lab breaks, restarts and redeploys behind the front.
+
+    python3 benchmarks/no_request_lost.py [--cases rpc-kill,cut-20,...] [--out docs/no-request-lost.md]
+
+The lab up and deployed (`python3 -m llama_rpc_deploy lab up`, then `pyinfra -y .lab/inventory.py deploy.py`);
+about 30 minutes for every case. Each case runs once, with 4 client threads started together, each in a loop
+until the case ends: 3 send non-streamed completions (/completion, 16 tokens, as llama_rpc_deploy.loadtest),
+1 sends streamed chat completions (/v1/chat/completions, stream true, 32 tokens); client timeout 300 s, a
+failed request is followed by 0.5 s of pause (as loadtest). A streamed request counts as answered only when
+its stream ended with a finish_reason and `data: [DONE]`. The cases:
+
+  front-cost       no fault: tokens/s and time to first token through the front against llama-server directly,
+                   from a client inside the coordinator (stdlib, copied in), the two ways alternating, each host
+                   pinned to its own core (`lab pin`, as benchmarks/tool_overhead.py)
+  rpc-kill         `systemctl kill --signal=SIGKILL rpc-server` on worker1, 3 s into the load
+  rpc-kill-process `docker kill --signal KILL rpc-server` on worker1 (the process itself), 3 s into the load
+  worker-reboot    `docker restart llama-rpc-lab-worker1`, 3 s into the load
+  cut-20, cut-60   iptables DROP both ways between coordinator and worker1 (on the coordinator) for 20 / 60 s
+  redeploy-ctx     a deploy with llama_ctx_size=4096, then the lab's own settings again, both under load
+  upgrade          every server restarts on another image under load (see the report for which)
+  wake             llama_sleep_idle_seconds=5 deployed, llama-server asleep (its log says so), then the 4
+                   clients start at once; the lab's own settings again after
+  model-switch     llama_models with a second sentence model: each request names the model the client did
+                   not name last time; the lab's own settings again after
+
+After each case the lab serves again (a completion) and the front's figures from `llama-rpc status` are
+recorded; the front's log and llama-server's journal in the case's window are kept in the JSON. Writes
+docs/no-request-lost.md and docs/no-request-lost.json (a case run again replaces its own entry only), and
+prints the table. The lab's own settings are deployed again at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import math
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+try:  # pyinfra_cli (the inventory loader) would turn this process's threads into greenlets: the clients are threads
+    from gevent import monkey
+except ImportError:
+    pass
+else:
+    monkey.patch_all = lambda *args, **kwargs: None
+
+from lab import lab  # noqa: E402
+from llama_rpc_deploy import client, render  # noqa: E402
+from llama_rpc_deploy.deployment import from_cluster, offline_cluster  # noqa: E402
+from llama_rpc_deploy.loadtest import until_serving  # noqa: E402
+
+INVENTORY = lab.LAB_DIR / "inventory.py"
+CLIENT_TIMEOUT = 300
+PLAIN_CLIENTS, STREAM_CLIENTS = 3, 1
+PLAIN_TOKENS, STREAM_TOKENS = 16, 32
+SERVED_BOUND = 240  # seconds a case waits, after its fault, for every client to be served again
+SWITCH_FOLDER = "/models/no-request-lost"
+CASES = ("front-cost", "rpc-kill", "rpc-kill-process", "worker-reboot", "cut-20", "cut-60", "redeploy-ctx",
+         "upgrade", "front-reload", "wake", "model-switch")
+
+# before the front, from docs/faults.md (and the brief's quick check of a SIGKILL, 4 x 40 requests)
+BEFORE = {
+    "rpc-kill": "48 of 160 failed (SIGKILL, 4 clients x 40); a restart 3 s in: 48 of 160 failed, served 6.4 s after it",
+    "rpc-kill-process": "one client: serving again 5.1 s after the kill (docker kill); under load: as rpc-kill",
+    "worker-reboot": "one client: serving again 22.6 s after the reboot command; requests meanwhile failed",
+    "cut-20": "requests during the cut time out; serving 6.7 s after the heal (TCP rides it out)",
+    "cut-60": "requests during the cut hang and time out; serving 25.2 s after the heal (earlier 29.8 s)",
+}
+
+
+def on(host: str, command: str, check: bool = True) -> str:
+    return lab.run_on(host, command, check=check)
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# --- the clients ----------------------------------------------------------------------------------------
+
+@dataclass
+class Req:
+    client: int
+    kind: str  # "plain" (non-streamed /completion) or "stream" (streamed /v1/chat/completions)
+    start: float  # seconds since the load started
+    end: float
+    ok: bool
+    error: str = ""
+    tokens: int = 0
+    ttft: float | None = None  # streamed: seconds to the first token
+    model: str | None = None
+
+
+class Load:
+    """PLAIN_CLIENTS + STREAM_CLIENTS threads, started together, each in a loop until stop()."""
+
+    def __init__(self, cluster, models: list[str] | None = None):
+        self.cluster, self.models = cluster, models
+        self.requests: list[Req] = []
+        self.lock, self.stopping = threading.Lock(), threading.Event()
+        self.n = PLAIN_CLIENTS + STREAM_CLIENTS
+        self.barrier = threading.Barrier(self.n + 1)
+        self.threads = [threading.Thread(target=self.loop, args=(i,), daemon=True) for i in range(self.n)]
+        url = urllib.parse.urlsplit(client.server_url(cluster))
+        self.host, self.port = url.hostname, url.port
+        self.t0 = self.wall0 = 0.0
+
+    def start(self) -> "Load":
+        for thread in self.threads:
+            thread.start()
+        self.barrier.wait()
+        self.t0, self.wall0 = time.monotonic(), time.time()
+        return self
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def wall(self, t: float) -> float:
+        return self.wall0 + t
+
+    def loop(self, index: int) -> None:
+        self.barrier.wait()
+        kind = "stream" if index >= PLAIN_CLIENTS else "plain"
+        i = 0
+        while not self.stopping.is_set():
+            model = self.models[(index + i) % len(self.models)] if self.models else None
+            begin = time.monotonic() - self.t0
+            request = self.stream(index, i, model, begin) if kind == "stream" else self.plain(index, i, model, begin)
+            with self.lock:
+                self.requests.append(request)
+            if not request.ok:
+                time.sleep(0.5)
+            i += 1
+
+    def plain(self, index: int, i: int, model: str | None, begin: float) -> Req:
+        try:
+            reply = client.complete(self.cluster, f"Tell me about computers ({index}.{i})", PLAIN_TOKENS,
+                                    timeout=CLIENT_TIMEOUT, model=model)
+            tokens = reply.get("timings", {}).get("predicted_n", 0)
+            ok = isinstance(reply.get("content"), str) and tokens > 0
+            return Req(index, "plain", begin, self.now(), ok, "" if ok else f"odd reply {str(reply)[:120]}",
+                       tokens=tokens, model=model)
+        except urllib.error.HTTPError as error:
+            body = error.read()[:160].decode(errors="replace")
+            return Req(index, "plain", begin, self.now(), False, f"HTTP {error.code}: {body}", model=model)
+        except Exception as error:  # a failed request is data here
+            return Req(index, "plain", begin, self.now(), False, f"{type(error).__name__}: {error}"[:200], model=model)
+
+    def stream(self, index: int, i: int, model: str | None, begin: float) -> Req:
+        body = {**client.model_field(self.cluster, model), "temperature": 0, "max_tokens": STREAM_TOKENS,
+                "stream": True, "messages": [{"role": "user", "content": f"Tell me about computers ({index}.{i})"}]}
+        tokens, ttft, finished, done = 0, None, False, False
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=CLIENT_TIMEOUT)
+        try:
+            connection.request("POST", "/v1/chat/completions", json.dumps(body), client.headers(self.cluster))
+            response = connection.getresponse()
+            if response.status != 200:
+                text = response.read()[:160].decode(errors="replace")
+                return Req(index, "stream", begin, self.now(), False, f"HTTP {response.status}: {text}", model=model)
+            buffer = b""
+            while True:  # to the end of the answer (its last chunk), [DONE] or not
+                chunk = response.read1(65536)  # a stream cut before its last chunk raises IncompleteRead here
+                if not chunk:
+                    break
+                buffer += chunk
+                while b"\n" in buffer and not done:
+                    line, buffer = buffer.split(b"\n", 1)
+                    line = line.strip()
+                    if not line.startswith(b"data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        done = True
+                        break
+                    event = json.loads(data)
+                    if "error" in event:
+                        return Req(index, "stream", begin, self.now(), False, f"error event after {tokens} tokens: "
+                                   f"{json.dumps(event['error'])[:140]}", tokens, ttft, model)
+                    choice = (event.get("choices") or [{}])[0]
+                    if choice.get("delta", {}).get("content"):
+                        tokens += 1
+                        ttft = ttft if ttft is not None else self.now() - begin
+                    finished = finished or bool(choice.get("finish_reason"))
+            ok = done and finished
+            error = "" if ok else f"stream ended without {'[DONE]' if not done else 'a finish_reason'} after {tokens} tokens"
+            return Req(index, "stream", begin, self.now(), ok, error, tokens, ttft, model)
+        except Exception as error:
+            return Req(index, "stream", begin, self.now(), False,
+                       f"{type(error).__name__} after {tokens} tokens: {error}"[:200], tokens, ttft, model)
+        finally:
+            connection.close()
+
+    def served_since(self, t: float) -> set[int]:
+        """Clients with a request sent at or after t and answered."""
+        with self.lock:
+            return {r.client for r in self.requests if r.ok and r.start >= t}
+
+    def until_every_client_served(self, t: float, bound: float = SERVED_BOUND, settle: float = 2.0) -> bool:
+        """Keep the load until every client was answered a request sent at or after t (bounded), then settle s."""
+        deadline = time.monotonic() + bound
+        while len(self.served_since(t)) < self.n:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        time.sleep(settle)
+        return True
+
+    def stop(self) -> list[Req]:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(CLIENT_TIMEOUT + 30)
+        with self.lock:
+            return sorted(self.requests, key=lambda r: r.start)
+
+
+# --- what one run of a case gives ----------------------------------------------------------------------
+
+def figures(reqs: list[Req], fault: float, heal: float | None = None) -> dict:
+    """sent/failed per kind; the longest time without an answer from the fault on, and the first answer once
+    the fault took effect (the end of that stretch), from the fault (or, for a cut, the first after the heal)."""
+    plain = [r for r in reqs if r.kind == "plain"]
+    stream = [r for r in reqs if r.kind == "stream"]
+    ends = sorted(r.end for r in reqs if r.ok and r.end > fault)
+    points = [fault] + ends
+    gaps = [(points[i], points[i + 1] - points[i]) for i in range(len(points) - 1)]
+    longest = max(gaps, key=lambda g: g[1], default=(fault, None))
+    f = {
+        "sent": len(reqs), "sent_plain": len(plain), "sent_stream": len(stream),
+        "failed": sum(not r.ok for r in reqs), "failed_plain": sum(not r.ok for r in plain),
+        "failed_stream": sum(not r.ok for r in stream),
+        "errors": dict(Counter(re.sub(r"\d+(\.\d+)?", "N", r.error)[:120] for r in reqs if not r.ok)),
+        "failed_requests": [asdict(r) for r in reqs if not r.ok][:20],
+        "longest_request_s": round(max((r.end - r.start for r in reqs), default=0), 2),
+        "longest_plain_s": round(max((r.end - r.start for r in plain), default=0), 2),
+        "longest_stream_s": round(max((r.end - r.start for r in stream), default=0), 2),
+        "streams_in_flight_at_fault": sum(r.start <= fault < r.end for r in stream),
+        "longest_no_answer_s": round(longest[1], 2) if longest[1] is not None else None,
+        "no_answer_from_s": round(longest[0], 2),
+        "first_answer_s": round(longest[0] + longest[1] - fault, 2) if longest[1] is not None else None,
+        "stretches_over_1s": [[round(a, 2), round(b, 2)] for a, b in gaps if b > 1.0][:20],
+        "tokens_per_s_all": round(sum(r.tokens for r in reqs if r.ok) / max(1e-9, max((r.end for r in reqs), default=1)), 1),
+    }
+    if heal is not None:
+        after = [e for e in ends if e > heal]
+        f["first_answer_after_heal_s"] = round(after[0] - heal, 2) if after else None
+    return f
+
+
+def front_figures() -> dict:
+    """The coordinator's front figures as `llama-rpc status --json` gives them."""
+    out = subprocess.run([sys.executable, "-m", "llama_rpc_deploy", "status", "-i", str(INVENTORY), "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120).stdout
+    try:
+        return json.loads(out)[0].get("front", {})
+    except (ValueError, IndexError):
+        return {}
+
+
+def front_line(f: dict) -> str:
+    if not f:
+        return "no front figures"
+    return (f"front: {f['requests']} requests, {f['held']} held ({f['holding']} waiting now, {f['held_too_long']} past "
+            f"the hold), {f['replays']} replays, {f['failed']} failed (5xx), {f['cut']} cut; llama-server "
+            f"{f['llama_server']}, {f['in_flight']} in flight")
+
+
+COUNTERS = ("requests", "held", "held_too_long", "replays", "failed", "cut")
+
+
+def front_delta(before: dict, after: dict) -> dict | None:
+    """The front's counters during the case; None when they went back (the front reloaded: counted anew)."""
+    if not before or not after or any(after[k] < before[k] for k in COUNTERS):
+        return None
+    return {k: after[k] - before[k] for k in COUNTERS}
+
+
+LINE = re.compile(r'\] api (\S+) (\S+) (-?\d+) (\d+) \S+ \S+ (\S{4}) \S*?/\S*?/\S*?/\S*?/\+?(\d+) \S+ "(\S+) (\S+)')
+
+
+def journal(unit: str, since: float, until: float, grep: str | None = None, host: str = "coordinator") -> list[str]:
+    command = (f"journalctl -u {unit} --since @{math.floor(since)} --until @{math.ceil(until)} --no-pager "
+               f"-o short-iso-precise")
+    if grep:
+        command += f" | grep -E {json.dumps(grep)}"
+    return [l for l in on(host, command + " || true", check=False).splitlines() if not l.startswith("-- ")]
+
+
+def logs(since: float, until: float) -> dict:
+    """The front's log lines in the window, counted (status, how each ended, tries again), the unusual ones kept;
+    llama-server's (and its watchdog's) lines about stops, starts, drains and crashes."""
+    lines = journal(render.FRONT_UNIT, since, until)
+    statuses, states, retries, unusual, health = Counter(), Counter(), 0, [], Counter()
+    for line in lines:
+        m = LINE.search(line)
+        if not m:
+            continue
+        status, state, tries, path = m.group(3), m.group(5), int(m.group(6)), m.group(8)
+        if path == "/health":
+            health[status] += 1
+            continue
+        statuses[status] += 1
+        states[state] += 1
+        retries += tries
+        if status != "200" or state != "----" or tries:
+            unusual.append(line[-260:])
+    server = journal(render.COORDINATOR_UNIT, since, until,
+                     "front-drain|Stopping|Stopped|Started|Starting|Main process exited|Failed|crash|abort|"
+                     "Remote RPC|error|sleeping state|Scheduled restart|wait-for-workers|timed out|Killing")
+    watchdog = journal(render.WATCHDOG_UNIT, since, until)
+    reloads = [line[-200:] for line in lines if "Former worker" in line or "Reloaded" in line or "Segmentation" in line]
+    crashes = [line for line in server if "Remote RPC server crashed" in line]
+    return {"front_requests": sum(statuses.values()), "front_status": dict(statuses), "front_ends": dict(states),
+            "front_retries": retries, "front_health": dict(health), "front_reloads": reloads[:20],
+            "llama_server_crashed_at": crashes[0].split()[0] if crashes else None,
+            "front_unusual": unusual[:40], "llama_server": [l[-240:] for l in server][:60],
+            "watchdog": [l[-240:] for l in watchdog][-10:]}
+
+
+def case_front_log(since: float, until: float) -> dict:
+    """The front's answers over a whole case (its deploys and waits included): 5xx to clients by status and path,
+    and the front's own 503 to GET /health (what `status`'s 5xx figure counts besides failed requests)."""
+    other, health = Counter(), 0
+    for line in journal(render.FRONT_UNIT, since, until):
+        m = LINE.search(line)
+        if m and m.group(3).startswith("5"):
+            if m.group(8).split("?")[0] == "/health":
+                health += 1
+            else:
+                other[f"{m.group(3)} {m.group(7)} {m.group(8)}"] += 1
+    return {"health_503": health, "other_5xx": dict(other)}
+
+
+def serving(cluster, bound: float = 240) -> float | None:
+    return until_serving(cluster, bound, expect_down=False).seconds
+
+
+def pyinfra(*data: str) -> dict:
+    args = [a for d in data for a in ("--data", d)]
+    start = time.monotonic()
+    result = subprocess.run(["pyinfra", "-y", *args, str(INVENTORY), "deploy.py"], cwd=ROOT, capture_output=True,
+                            text=True)
+    r = {"data": list(data), "rc": result.returncode, "seconds": round(time.monotonic() - start, 1)}
+    if result.returncode != 0:
+        r["tail"] = (result.stdout[-2500:] + result.stderr[-1500:])
+        log(f"deploy {' '.join(args)} FAILED ({result.returncode}):\n{r['tail'][-1500:]}")
+    return r
+
+
+# --- the cases -------------------------------------------------------------------------------------------
+
+def run_with_load(cluster, fault, models=None) -> dict:
+    """Load started; `fault(load)` returns (fault time, heal time or None, a dict of what it did); then the
+    load until every client is served again; the figures."""
+    load = Load(cluster, models).start()
+    done: dict = {}
+    try:
+        fault_at, heal_at, done = fault(load)
+        done["served_again"] = load.until_every_client_served(load.now())
+    finally:
+        reqs = load.stop()
+    end = load.now()
+    r = {"fault_at_s": round(fault_at, 2), **({"heal_at_s": round(heal_at, 2)} if heal_at is not None else {}),
+         "load_s": round(end, 1), **done, **figures(reqs, fault_at, heal_at),
+         "window": [round(load.wall(0) - 1, 1), round(load.wall(end) + 2, 1)]}
+    if models:
+        r["answered_per_model"] = dict(Counter(q.model for q in reqs if q.ok))
+        r["failed_per_model"] = dict(Counter(q.model for q in reqs if not q.ok))
+    r["logs"] = logs(*r["window"])
+    crashed = r["logs"]["llama_server_crashed_at"]
+    if crashed:  # llama-server's abort on the lost worker, in seconds of the load
+        from datetime import datetime
+        r["llama_server_crashed_at_s"] = round(datetime.fromisoformat(crashed.replace("+0000", "+00:00")).timestamp()
+                                               - load.wall(0), 2)
+    r["deployed_front"] = on("coordinator", f"cd {cluster.settings['deploy_dir']} && sha256sum front.cfg front.lua "
+                                            "front-drain.sh | cut -c1-12", check=False).split()
+    return r
+
+
+def after(load: Load, seconds: float) -> None:
+    time.sleep(max(0.0, seconds - load.now()))
+
+
+def case_kill(cluster, command: str, host: str = "worker1") -> dict:
+    def fault(load):
+        after(load, 3)
+        at = load.now()
+        on(host, command)
+        time.sleep(15)  # llama-server restarts (the wait below then asks for fresh answers)
+        return at, None, {"command": f"{host}: {command}"}
+    r = run_with_load(cluster, fault)
+    r["logs"]["rpc_server_worker1"] = [l[-200:] for l in journal(
+        "rpc-server", r["window"][0], r["window"][1],
+        "Main process exited|Started|Stopping|Stopped|Scheduled restart|Failed|Killing|Killed|signal", host="worker1")][-12:]
+    return r
+
+
+def case_worker_reboot(cluster) -> dict:
+    def fault(load):
+        after(load, 3)
+        at = load.now()
+        subprocess.run(["docker", "restart", f"{lab.PREFIX}-worker1"], check=True, capture_output=True)
+        took = load.now() - at
+        time.sleep(20)
+        return at, None, {"command": f"docker restart {lab.PREFIX}-worker1", "reboot_command_s": round(took, 1)}
+    return run_with_load(cluster, fault)
+
+
+def cut(command: str) -> None:
+    worker = lab.ip_of(1)
+    on("coordinator", f"iptables {command} OUTPUT -d {worker} -j DROP; iptables {command} INPUT -s {worker} -j DROP")
+
+
+def case_cut(cluster, seconds: int) -> dict:
+    def fault(load):
+        after(load, 3)
+        at = load.now()
+        cut("-I")
+        try:
+            time.sleep(seconds)
+        finally:
+            cut("-D")
+        healed = load.now()
+        time.sleep(10)
+        return at, healed, {"cut_s": seconds}
+    return run_with_load(cluster, fault)
+
+
+def case_deploys(cluster, first: tuple[str, ...], note: dict | None = None) -> dict:
+    """Under load: a deploy with `first` as --data, then the lab's own settings again."""
+    def fault(load):
+        after(load, 3)
+        at = load.now()
+        one = pyinfra(*first)
+        one.update(start_s=round(at, 1), end_s=round(load.now(), 1))
+        time.sleep(3)
+        start = load.now()
+        two = pyinfra()
+        two.update(start_s=round(start, 1), end_s=round(load.now(), 1))
+        return at, None, {"deploys": [one, two], **(note or {})}
+    return run_with_load(cluster, fault)
+
+
+def case_front_reload(cluster) -> dict:
+    """The front reloaded under load (as a deploy that changes its files does), once while requests go through,
+    once while it holds them: llama-server stopped (its stop drains the front), the front reloaded, llama-server
+    started again."""
+    def fault(load):
+        after(load, 3)
+        at = load.now()
+        steps = []
+        for when, command in ((3, f"systemctl reload {render.FRONT_UNIT}"), (6, f"systemctl stop {render.COORDINATOR_UNIT}"),
+                              (8, f"systemctl reload {render.FRONT_UNIT}"), (11, f"systemctl start {render.COORDINATOR_UNIT}")):
+            after(load, when)
+            steps.append([round(load.now(), 2), command])
+            on("coordinator", command)
+        time.sleep(5)
+        return at, None, {"steps": steps}
+    return run_with_load(cluster, fault)
+
+
+def case_upgrade(cluster) -> dict:
+    """Every server on another image, under load. The image for llama_cpp_build_number + 1 is built and deployed
+    first, without load (its build is not what the front is about); then, under load, the deploy of the lab's
+    own settings replaces it by the lab's image on every host (both images are on every host by then, as after
+    the image transfer of an upgrade); then, still under load, the bumped one again, and the lab's own after."""
+    bumped = cluster.settings["llama_cpp_build_number"] + 1
+    own = from_cluster(cluster, with_key=False).image
+    other = from_cluster(offline_cluster(INVENTORY, overrides={"llama_cpp_build_number": bumped}), with_key=False).image
+    log(f"upgrade: building and deploying {other} (llama_cpp_build_number={bumped}) without load")
+    prep = pyinfra(f"llama_cpp_build_number={bumped}")
+    prep["image"] = other
+    assert serving(cluster) is not None
+
+    def fault(load):
+        after(load, 3)
+        at = load.now()
+        deploys = []
+        for data, image in (((), own), ((f"llama_cpp_build_number={bumped}",), other)):
+            start = load.now()
+            d = pyinfra(*data)
+            d.update(start_s=round(start, 1), end_s=round(load.now(), 1), image=image)
+            deploys.append(d)
+            time.sleep(3)
+        return at, None, {"prepared_without_load": prep, "deploys": deploys, "from_image": other, "to_image": own}
+    r = run_with_load(cluster, fault)
+    r["deploy_back_without_load"] = pyinfra()
+    return r
+
+
+def case_wake(cluster) -> dict:
+    since = time.time()
+    setup = pyinfra("llama_sleep_idle_seconds=5")
+    assert serving(cluster) is not None  # a completion: llama-server is awake now
+    served, asleep = time.monotonic(), False
+    while time.monotonic() < served + 90 and not asleep:
+        time.sleep(1)
+        states = journal(render.COORDINATOR_UNIT, since - 1, time.time() + 1, "sleeping state")
+        asleep = bool(states) and "entering" in states[-1]
+    waited = round(time.monotonic() - served, 1)
+    time.sleep(1)
+
+    def fault(load):
+        return 0.0, None, {"deploy": setup, "asleep": asleep, "waited_for_sleep_s": waited}
+    r = run_with_load(cluster, fault)
+    r["sleep_lines"] = [l[-160:] for l in journal(render.COORDINATOR_UNIT, since - 1, time.time(), "sleeping state")][-8:]
+    r["deploy_back"] = pyinfra()
+    return r
+
+
+def case_model_switch(cluster) -> dict:
+    from lab.testmodel import PROMPT_2, SENTENCE_2, write_sentence_model
+
+    local = lab.CACHE / "no-request-lost-second.gguf"
+    if not local.exists():
+        write_sentence_model(local, lab.MODEL_SHAPE, prompt=PROMPT_2, sentence=SENTENCE_2)
+    path = f"{SWITCH_FOLDER}/second.gguf"
+    on("coordinator", f"rm -rf {SWITCH_FOLDER} && mkdir -p {SWITCH_FOLDER} && chmod 755 {SWITCH_FOLDER}")
+    subprocess.run(["docker", "cp", str(local), f"{lab.PREFIX}-coordinator:{path}"], check=True)
+    on("coordinator", f"chmod 644 {path}")
+    models = {"second": {"llama_model_path": path}}
+    setup = pyinfra(f"llama_models={json.dumps(models)}")
+    router = offline_cluster(INVENTORY, overrides={"llama_models": models})
+    try:
+        assert serving(router) is not None
+
+        def fault(load):
+            time.sleep(30)
+            return 0.0, None, {"deploy": setup, "models": router.served_models()}
+        r = run_with_load(router, fault, models=router.served_models())
+    finally:
+        back = pyinfra()
+        on("coordinator", f"rm -rf {SWITCH_FOLDER}", check=False)
+    r["deploy_back"] = back
+    return r
+
+
+COST_CLIENT = r'''
+import http.client, json, sys, time
+key = sys.stdin.readline().strip()
+ways = json.loads(sys.argv[1])
+rounds, per_round, tokens = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+
+def one(way):
+    host, port = ways[way]
+    body = json.dumps({"messages": [{"role": "user", "content": "Once upon a time"}], "max_tokens": tokens,
+                       "stream": True, "temperature": 0, "ignore_eos": True, "cache_prompt": False})
+    connection = http.client.HTTPConnection(host, port, timeout=120)
+    start = time.perf_counter()
+    connection.request("POST", "/v1/chat/completions", body,
+                       {"Content-Type": "application/json", "Authorization": "Bearer " + key})
+    response = connection.getresponse()
+    assert response.status == 200, (way, response.status, response.read()[:200])
+    times = []
+    while True:
+        line = response.readline()
+        if not line or line.strip() == b"data: [DONE]":
+            break
+        if line.startswith(b"data:"):
+            choice = (json.loads(line[5:]).get("choices") or [{}])[0]
+            if choice.get("delta", {}).get("content"):
+                times.append(time.perf_counter())
+    connection.close()
+    half = len(times) // 2
+    return {"ttft_ms": (times[0] - start) * 1000, "total_ms": (times[-1] - start) * 1000, "tokens": len(times),
+            "tokens_per_s": (len(times) - 1) / (times[-1] - times[0]),
+            "second_half_tokens_per_s": (len(times) - 1 - half) / (times[-1] - times[half]),
+            "end_to_end_tokens_per_s": len(times) / (times[-1] - start),
+            "first_ms_tokens": sum(t - times[0] < 0.001 for t in times)}
+
+for way in ways:
+    one(way)
+    one(way)
+out = {way: [] for way in ways}
+for r in range(rounds):
+    for way in (list(ways) if r % 2 == 0 else list(ways)[::-1]):
+        for _ in range(per_round):
+            out[way].append(one(way))
+print(json.dumps(out))
+'''
+
+NODELAY_PORT = 18092  # the diagnostic copy of the front, on the coordinator's loopback
+NODELAY = "/tmp/no-request-lost-nodelay"
+
+
+def start_nodelay_front(cluster) -> None:
+    """A second HAProxy on the coordinator: the deployed front.cfg with `option http-no-delay` added to its
+    defaults, on 127.0.0.1:NODELAY_PORT (its own admin socket and hold address; the same llama-server)."""
+    config = f"{cluster.settings['deploy_dir']}/front.cfg"
+    on("coordinator", f"sed -e 's|^  bind [^ ]*:{cluster.settings['llama_port']}$|  bind 127.0.0.1:{NODELAY_PORT}|' "
+                      f"-e 's|{render.FRONT_SOCKET}|{NODELAY}.sock|' -e 's|abns@llama-front-hold|abns@nrl-nodelay-hold|g' "
+                      "-e '/^  user haproxy$/d' -e '/^  group haproxy$/d' -e 's|^  log stdout .*|  log stdout local0 emerg|' "
+                      f"-e 's|^  mode http$|  mode http\\n  option http-no-delay|' {config} > {NODELAY}.cfg && "
+                      f"grep -q 'bind 127.0.0.1:{NODELAY_PORT}' {NODELAY}.cfg && grep -q http-no-delay {NODELAY}.cfg && "
+                      f"haproxy -q -D -f {NODELAY}.cfg -p {NODELAY}.pid && sleep 2")
+
+
+def stop_nodelay_front() -> None:
+    on("coordinator", f"[ -s {NODELAY}.pid ] && kill $(cat {NODELAY}.pid); rm -f {NODELAY}.cfg {NODELAY}.pid {NODELAY}.sock",
+       check=False)
+
+
+def case_front_cost(cluster, rounds: int = 12, per_round: int = 4, tokens: int = 128) -> dict:
+    """Streamed chat completions from inside the coordinator: through the front (its public address) and to
+    llama-server on 127.0.0.1 directly, the two alternating (in reverse order every other round); a third way,
+    for diagnosis: a copy of the front with `option http-no-delay`."""
+    s = cluster.settings
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(COST_CLIENT)
+    script = "/tmp/no-request-lost-cost.py"
+    subprocess.run(["docker", "cp", f.name, f"{lab.PREFIX}-coordinator:{script}"], check=True)
+    Path(f.name).unlink()
+    key = (Path(s["llama_api_key_file"]).read_text().strip() + "\n") if s["llama_api_key_file"] else "\n"
+    host = s["llama_host"] or cluster.coordinator.address
+    ways = {"front": [host, s["llama_port"]], "direct": ["127.0.0.1", s["llama_server_port"]]}
+    config = f"{s['deploy_dir']}/front.cfg"
+    has_nodelay = on("coordinator", f"grep -q '^  option http-no-delay' {config} && echo yes", check=False) == "yes"
+    if not has_nodelay:  # the diagnosis: the same front with it
+        ways["front_nodelay"] = ["127.0.0.1", NODELAY_PORT]
+    lab.pin()
+    try:
+        if not has_nodelay:
+            start_nodelay_front(cluster)
+        result = subprocess.run(["docker", "exec", "-i", f"{lab.PREFIX}-coordinator", "python3", script,
+                                 json.dumps(ways), str(rounds), str(per_round), str(tokens)],
+                                input=key, capture_output=True, text=True, timeout=900)
+    finally:
+        stop_nodelay_front()
+        lab.pin(unpin=True)
+        on("coordinator", f"rm -f {script}", check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"the client in the coordinator failed: {result.stderr[-2000:]}")
+    raw = json.loads(result.stdout)
+    keys = ("ttft_ms", "total_ms", "tokens_per_s", "second_half_tokens_per_s", "end_to_end_tokens_per_s",
+            "first_ms_tokens")
+    med = {w: {k: round(statistics.median(x[k] for x in v), 2) for k in keys} for w, v in raw.items()}
+    ratio = lambda way, k: round(med[way][k] / med["direct"][k], 4)  # noqa: E731
+    diagnosis = {} if has_nodelay else {
+        "nodelay_ratio": ratio("front_nodelay", "tokens_per_s"),
+        "nodelay_ratio_end_to_end": ratio("front_nodelay", "end_to_end_tokens_per_s"),
+        "nodelay_ttft_diff_ms": round(med["front_nodelay"]["ttft_ms"] - med["direct"]["ttft_ms"], 2)}
+    return {"rounds": rounds, "per_round": per_round, "tokens": tokens, "pinned": True,
+            "deployed_front_has_http_no_delay": has_nodelay, **diagnosis,
+            "requests_each_way": len(raw["front"]), "tokens_each": sorted({x["tokens"] for v in raw.values() for x in v}),
+            "median": med,
+            "ratio": ratio("front", "tokens_per_s"),
+            "ratio_second_half": ratio("front", "second_half_tokens_per_s"),
+            "ratio_end_to_end": ratio("front", "end_to_end_tokens_per_s"),
+            "ttft_diff_ms": round(med["front"]["ttft_ms"] - med["direct"]["ttft_ms"], 2),
+            "raw": {w: [{k: round(x[k], 3) for k in x} for x in v] for w, v in raw.items()}}
+
+
+def run_case(name: str, cluster) -> dict:
+    if name == "front-cost":
+        return case_front_cost(cluster)
+    if name == "rpc-kill":
+        return case_kill(cluster, "systemctl kill --signal=SIGKILL rpc-server")
+    if name == "rpc-kill-process":
+        return case_kill(cluster, "docker kill --signal KILL rpc-server >/dev/null")
+    if name == "worker-reboot":
+        return case_worker_reboot(cluster)
+    if name in ("cut-20", "cut-60"):
+        return case_cut(cluster, int(name.split("-")[1]))
+    if name == "redeploy-ctx":
+        return case_deploys(cluster, ("llama_ctx_size=4096",))
+    if name == "upgrade":
+        return case_upgrade(cluster)
+    if name == "front-reload":
+        return case_front_reload(cluster)
+    if name == "wake":
+        return case_wake(cluster)
+    if name == "model-switch":
+        return case_model_switch(cluster)
+    raise ValueError(name)
+
+
+# --- targets and the report ----------------------------------------------------------------------------
+
+ALL_ANSWERED = ("redeploy-ctx", "upgrade", "front-reload", "wake", "model-switch")
+NO_FAULT = ("redeploy-ctx", "upgrade", "front-reload", "model-switch")  # no single moment to count the first answer from
+
+
+def target(name: str, r: dict) -> tuple[str, bool]:
+    if "error" in r:
+        return "the case did not run to its end", False
+    if name == "front-cost":
+        return "ratio >= 0.99, TTFT <= +2 ms", r["ratio"] >= 0.99 and r["ttft_diff_ms"] <= 2
+    if name in ALL_ANSWERED:
+        return "0 failed, streamed included", r["failed"] == 0
+    return "0 failed non-streamed", r["failed_plain"] == 0
+
+
+def row(name: str, r: dict) -> str:
+    goal, met = target(name, r)
+    if "error" in r:
+        return f"| {name} | - | - | - | - | - | - | {r['error'][:120]} | **no** |"
+    first = r.get("first_answer_after_heal_s", r.get("first_answer_s"))
+    first_text = f"{first} s" + (" after the heal" if "first_answer_after_heal_s" in r else "") if first is not None else "-"
+    if "llama_server_crashed_at_s" in r and "heal_at_s" not in r and first is not None:
+        first_text += f" ({round(r['fault_at_s'] + first - r['llama_server_crashed_at_s'], 2)} s after llama-server's abort)"
+    if name in NO_FAULT:
+        first_text = "-"
+    d = r.get("front_delta")
+    health = r.get("case_front_log", {}).get("health_503", r["logs"].get("front_health", {}).get("503", 0))
+    front = (f"{d['requests']} req, {d['held']} held, {d['replays']} replays, {d['failed']} 5xx ({health} of them "
+             f"the front's 503 to GET /health), {d['cut']} cut" if d else f"counters reset (the front reloaded); its "
+             f"log: {r['logs']['front_retries']} tries again, {health} /health 503")
+    return (f"| {name} | {r['sent']} ({r['sent_plain']} + {r['sent_stream']}) | {r['failed_plain']} | "
+            f"{r['failed_stream']} | {first_text} | {r['longest_no_answer_s']} s | {r['longest_plain_s']} s / "
+            f"{r['longest_stream_s']} s | {front} | {'yes' if met else '**no**'} ({goal}) |")
+
+
+def markdown(results: dict, meta: dict) -> str:
+    order = [c for c in CASES if c in results]
+    load_cases = [c for c in order if c != "front-cost"]
+    table = "\n".join(row(c, results[c]) for c in load_cases)
+    before = "\n".join(f"| {c} | {BEFORE[c]} | {results[c].get('failed_plain', '-')} of {results[c].get('sent_plain', '-')} "
+                       f"non-streamed failed; first answer "
+                       f"{results[c].get('first_answer_after_heal_s', results[c].get('first_answer_s'))} s"
+                       f"{' after the heal' if 'first_answer_after_heal_s' in results[c] else ''} |"
+                       for c in load_cases if c in BEFORE and "error" not in results[c])
+    parts = [f"""# No request lost: the front under faults, restarts and deploys
+
+`python3 benchmarks/no_request_lost.py` ({meta['command']}), {meta['date']}, commit {meta['commit']}
+({'uncommitted changes to ' + ', '.join(meta['uncommitted']) if meta['uncommitted'] else 'no uncommitted change'}),
+on {meta['machine']}: the lab
+(coordinator 172.30.57.10 with the front on :8080 and llama-server on 127.0.0.1:18080, workers .11 and .12,
+the 8-layer sentence model split across the three, `llama_parallel` 2). Every figure is from one run of its case
+(`docs/no-request-lost.json` has each case's date, every failed request and the log lines of its window).
+
+4 client threads per case, started together, each in a loop until the case ends: 3 send non-streamed completions
+(16 tokens), 1 sends streamed chat completions (32 tokens, `stream: true`; answered only when the stream ends with a
+finish_reason and `[DONE]`), client timeout {CLIENT_TIMEOUT} s, 0.5 s of pause after a failure. After the fault the load
+goes on until every client has been answered a request sent after it (at most {SERVED_BOUND} s), then 2 s more.
+
+- **first answer**: from the fault to the end of the longest stretch without any answer that follows it (the first
+  answer once the fault took effect); for a cut, from the heal to the first answer after it.
+- **longest no answer**: that stretch (no client got an answer meanwhile).
+- **front**: the front's counters from `llama-rpc status` (requests, held, replays, 5xx answers, streams cut),
+  the difference across the case.
+
+## Under load
+
+| case | sent (non-streamed + streamed) | failed non-streamed | failed streamed | first answer | longest no answer | longest request (non-streamed / streamed) | front during the case | target met |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |
+{table}
+"""]
+    if before:
+        parts.append(f"""## Before the front (docs/faults.md) and now
+
+| case | before the front | with the front |
+| --- | --- | --- |
+{before}
+""")
+    if "front-cost" in results:
+        r = results["front-cost"]
+        if "error" in r:
+            parts.append(f"## What the front costs\n\nThe case did not run to its end: {r['error']}\n")
+        else:
+            goal, met = target("front-cost", r)
+            m = r["median"]
+            named = [("through the front (172.30.57.10:8080)", "front"), ("llama-server directly (127.0.0.1:18080)", "direct")]
+            if "front_nodelay" in m:
+                named.append(("diagnosis: a copy of the front with `option http-no-delay` (127.0.0.1:18092)", "front_nodelay"))
+            rows = "\n".join(
+                f"| {what} | {m[w]['tokens_per_s']} | {m[w]['second_half_tokens_per_s']} | {m[w]['end_to_end_tokens_per_s']} | "
+                f"{m[w]['ttft_ms']} ms | {m[w]['total_ms']} ms | {m[w]['first_ms_tokens']} |" for what, w in named)
+            diagnosis = (f"A third way, for diagnosis only: the deployed front.cfg copied with `option http-no-delay` added to "
+                         "its defaults, run as a second HAProxy on the coordinator's loopback for the length of the case (the "
+                         "deployed front is not touched).") if "front_nodelay" in m else (
+                         "The deployed front.cfg has `option http-no-delay`.")
+            nodelay = (f" The copy with `option http-no-delay`: generation {r['nodelay_ratio']}, end to end "
+                       f"{r['nodelay_ratio_end_to_end']}, time to first token {r['nodelay_ttft_diff_ms']:+} ms."
+                       if "nodelay_ratio" in r else "")
+            parts.append(f"""## What the front costs
+
+A stdlib client inside the coordinator (copied in with `docker cp`), streamed chat completions of {r['tokens']} tokens
+(`ignore_eos`, `cache_prompt: false`), through the front and to llama-server directly, alternating ({r['rounds']}
+rounds of {r['per_round']} requests each way, the order reversed every other round, after 2 to warm up), each lab host
+pinned to its own core (`lab pin`, as benchmarks/tool_overhead.py; the client shares the coordinator's core).
+{diagnosis}
+
+Medians of {r['requests_each_way']} requests each way. Generation tokens/s: the tokens after the first over the time from
+the first to the last (as the client sees them); second half: the same over the last half of the tokens; end to end:
+all tokens over the time from sending to the last token. First-ms tokens: how many tokens arrived within 1 ms of
+the first (tokens the client got in one burst).
+
+| way | generation tokens/s | second half tokens/s | end to end tokens/s | time to first token | time to last token | first-ms tokens |
+| --- | ---: | ---: | ---: | ---: | ---: | ---: |
+{rows}
+
+Front / direct, generation tokens/s: **{r['ratio']}** (second half {r['ratio_second_half']}, end to end
+{r['ratio_end_to_end']}); time to first token **{r['ttft_diff_ms']:+} ms**. Target (ratio >= 0.99, TTFT <= +2 ms):
+{'met' if met else '**not met**'}.{nodelay}
+""")
+    parts.append("## Each case\n")
+    for c in load_cases:
+        r = results[c]
+        parts.append(f"### {c}\n\n{describe(c, r)}\n")
+    parts.append(NOTES_MARK + "\n")
+    return "\n".join(parts)
+
+
+NOTES_MARK = "<!-- notes -->"
+
+
+def flat(text: str) -> str:
+    """An error on one line, an HTML page's tags left out."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text)).strip()
+
+
+def describe(name: str, r: dict) -> str:
+    if "error" in r:
+        return f"Did not run to its end: `{r['error']}`."
+    start = ("the clients started together" if name in ("wake", "model-switch") else
+             f"{'first deploy' if name in ('redeploy-ctx', 'upgrade') else 'first reload' if name == 'front-reload' else 'fault'} "
+             f"{r['fault_at_s']} s into the load")
+    lines = [f"- run {r.get('date', '')}; {start}"
+             + (f", healed at {r['heal_at_s']} s" if "heal_at_s" in r else "") + f"; load {r['load_s']} s; "
+             f"every client served again afterwards: {r.get('served_again')}"]
+    if "command" in r:
+        lines.append(f"- fault: `{r['command']}`" + (f" (took {r['reboot_command_s']} s)" if "reboot_command_s" in r else ""))
+    for d in r.get("deploys", []):
+        lines.append(f"- deploy `{' '.join('--data ' + x for x in d['data']) or 'pyinfra -y .lab/inventory.py deploy.py'}`"
+                     f"{' to ' + d['image'] if d.get('image') else ''}: {d['start_s']} s to {d['end_s']} s of the "
+                     f"load, rc {d['rc']}")
+    if "prepared_without_load" in r:
+        p = r["prepared_without_load"]
+        lines.append(f"- prepared without load: `--data {' '.join(p['data'])}` built and deployed {p['image']} "
+                     f"({p['seconds']} s, rc {p['rc']}); under load the servers went {r['from_image']} -> "
+                     f"{r['to_image']} -> {r['from_image']}; then back to {r['to_image']} without load")
+    if "steps" in r:
+        lines.append("- steps (s of the load): " + "; ".join(f"{t}: `{c}`" for t, c in r["steps"]))
+    if r["logs"].get("front_reloads"):
+        lines.append("- the front's reloads in the window: " + "; ".join(f"`{l.split(': ', 1)[-1]}`"
+                                                                         for l in r["logs"]["front_reloads"]))
+    if "llama_server_crashed_at_s" in r:
+        lines.append(f"- llama-server aborted (\"Remote RPC server crashed\") at {r['llama_server_crashed_at_s']} s of the load")
+    if "asleep" in r:
+        lines.append(f"- llama-server asleep before the clients started: {r['asleep']} (waited {r['waited_for_sleep_s']} s "
+                     "for its log to say so)")
+    if "models" in r:
+        lines.append(f"- models: {', '.join(r['models'])}, each client alternating between them")
+    lines.append(f"- streamed requests in flight at the fault: {r['streams_in_flight_at_fault']}; stretches over 1 s "
+                 f"without any answer (start, length): {r['stretches_over_1s']}")
+    if r["errors"]:
+        lines.append("- failures: " + "; ".join(f"{n} x `{flat(e)}`" for e, n in r["errors"].items()))
+    g = r["logs"]
+    lines.append(f"- the front's log: {g['front_requests']} requests, status {g['front_status']}, ends {g['front_ends']}, "
+                 f"{g['front_retries']} tries again")
+    lines.append(f"- `status` after: {r.get('front_after_line', '-')}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "no-request-lost.md")
+    args = parser.parse_args()
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        sys.exit(f"unknown case(s): {', '.join(unknown)}; expected some of {', '.join(CASES)}")
+    json_path = args.out.with_suffix(".json")
+    previous = json.loads(json_path.read_text()) if json_path.exists() else {}
+    results = previous.get("cases", {})
+    cluster = offline_cluster(INVENTORY)
+    run_meta = meta(cases)  # the commit and the uncommitted files as the run starts
+    started = time.monotonic()
+    log(f"deploying the lab's own settings, then {', '.join(cases)}")
+    first = pyinfra()
+    if first["rc"] != 0 or serving(cluster) is None:
+        sys.exit("the lab does not deploy or serve: nothing measured")
+    try:
+        for name in cases:
+            log(f"case {name}")
+            before = front_figures()
+            case_start, case_wall = time.monotonic(), time.time()
+            try:
+                r = run_case(name, cluster)
+            except Exception as error:  # the other cases still run; the lab is put back below
+                r = {"error": f"{type(error).__name__}: {error}"[:600]}
+                log(f"case {name} failed: {r['error']}")
+            r["date"] = time.strftime("%Y-%m-%d %H:%M %Z")
+            r["case_s"] = round(time.monotonic() - case_start, 1)
+            r["serving_again_after_s"] = serving(cluster)
+            after_ = front_figures()
+            r["case_window"] = [round(case_wall, 1), round(time.time(), 1)]
+            r["case_front_log"] = case_front_log(*r["case_window"])
+            r.update(front_before=before, front_after=after_, front_delta=front_delta(before, after_),
+                     front_after_line=front_line(after_))
+            results[name] = r
+            log(f"case {name}: {summary(name, r)}; {r['front_after_line']}")
+            write(args.out, json_path, results, run_meta)
+    finally:
+        for attempt in range(2):
+            last = pyinfra()
+            if last["rc"] == 0:
+                break
+        ok = serving(cluster) is not None
+        reply = client.complete(cluster, "Two computers, one model:", 8) if ok else {}
+        log(f"the lab's own settings deployed again (rc {last['rc']}), a completion: {reply.get('content')!r}")
+        log(f"whole run {time.monotonic() - started:.0f} s")
+    print("\n" + markdown(results, run_meta).split("## Each case")[0])
+
+
+def summary(name: str, r: dict) -> str:
+    if "error" in r:
+        return r["error"]
+    if name == "front-cost":
+        return (f"ratio {r['ratio']} (end to end {r['ratio_end_to_end']}), TTFT {r['ttft_diff_ms']:+} ms"
+                + (f"; a copy with http-no-delay: ratio {r['nodelay_ratio']}, TTFT {r['nodelay_ttft_diff_ms']:+} ms"
+                   if "nodelay_ratio" in r else ""))
+    return (f"{r['sent']} sent, {r['failed_plain']} failed non-streamed, {r['failed_stream']} failed streamed, "
+            f"first answer {r.get('first_answer_after_heal_s', r['first_answer_s'])} s, longest "
+            f"{r['longest_request_s']} s")
+
+
+def meta(cases: list[str]) -> dict:
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                   if l.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor()
+    import os
+    git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.rstrip()  # noqa: E731
+    changed = [l[3:] for l in git("status", "--porcelain").splitlines()
+               if not l[3:].startswith(("docs/no-request-lost", "benchmarks/no_request_lost"))]
+    return {"command": f"--cases {','.join(cases)}", "date": time.strftime("%Y-%m-%d"),
+            "machine": f"{os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}",
+            "commit": git("rev-parse", "--short", "HEAD"), "uncommitted": changed}
+
+
+def write(out: Path, json_path: Path, results: dict, run_meta: dict) -> None:
+    json_path.write_text(json.dumps({"meta": run_meta, "cases": results}, indent=1) + "\n")
+    text = markdown(results, run_meta)
+    if out.exists() and NOTES_MARK in out.read_text():  # notes written by hand below the mark stay
+        text = text.split(NOTES_MARK)[0] + NOTES_MARK + out.read_text().split(NOTES_MARK, 1)[1]
+    out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
