@@ -36,17 +36,31 @@ def serving_afterwards(cluster):
     assert until_serving(cluster, 240, expect_down=False).seconds is not None, "the lab is not serving after the test"
 
 
+def started_at(index: int, unit: str) -> str:
+    return on(index, f"systemctl show -p ActiveEnterTimestampMonotonic {unit}").stdout.strip()
+
+
+def llama_server_restarted_since(before: str, bound: float = 60) -> None:
+    deadline = time.monotonic() + bound
+    while started_at(COORDINATOR, "llama-server") == before and time.monotonic() < deadline:
+        time.sleep(1)
+    assert started_at(COORDINATOR, "llama-server") != before, "llama-server was not restarted after the fault"
+
+
 def report(name: str, seconds) -> None:
     print(f"\n[recovery] {name}: {seconds if seconds is None else round(seconds, 1)} s")
 
 
 def test_rpc_server_crash(cluster):
-    """Killed rpc-server: systemd restarts it, the watchdog restarts llama-server, /health says so meanwhile."""
+    """Killed rpc-server: systemd restarts it, and llama-server, which cannot reconnect, is restarted (by the
+    watchdog, or after it crashed). (/health seen down depends on timing: the front holds the completion this
+    waits with through the restart; tests/e2e/test_lab_no_request_lost.py checks /health's 503 while down.)"""
+    before = started_at(COORDINATOR, "llama-server")
     on(WORKER1, "docker kill rpc-server")
     recovery = until_serving(cluster, 90)
     report("rpc-server killed", recovery.seconds)
-    assert recovery.health_down_at is not None and recovery.health_down_at < 15  # /health told the truth
     assert recovery.seconds is not None and recovery.seconds < 60
+    llama_server_restarted_since(before)
 
 
 def restart_host(index: int) -> float:
@@ -56,8 +70,6 @@ def restart_host(index: int) -> float:
     return time.monotonic() - start
 
 
-def started_at(index: int, unit: str) -> str:
-    return on(index, f"systemctl show -p ActiveEnterTimestampMonotonic {unit}").stdout.strip()
 
 
 def test_worker_host_restart(cluster):
@@ -69,10 +81,7 @@ def test_worker_host_restart(cluster):
     recovery = until_serving(cluster, 180)
     report("worker host restarted (from the reboot command)", recovery.seconds and reboot + recovery.seconds)
     assert recovery.seconds is not None and reboot + recovery.seconds < 120
-    deadline = time.monotonic() + 60
-    while started_at(COORDINATOR, "llama-server") == before and time.monotonic() < deadline:
-        time.sleep(1)
-    assert started_at(COORDINATOR, "llama-server") != before, "llama-server was not restarted after the worker's reboot"
+    llama_server_restarted_since(before)
 
 
 def test_coordinator_host_restart(cluster):
