@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import urllib.request
 
+from . import render
 from .cluster import Cluster, api_key
 
 
 def server_url(cluster: Cluster) -> str:
-    s = cluster.settings
-    host = s["llama_host"] or cluster.coordinator.address
-    return f"http://{f'[{host}]' if ':' in host else host}:{s['llama_port']}"  # an IPv6 address in brackets
+    """The API's URL: where the front listens (render.front_address: an IPv6 address in brackets)."""
+    return f"http://{render.front_address(cluster)}"
 
 
 def headers(cluster: Cluster, with_key: bool = True) -> dict[str, str]:
