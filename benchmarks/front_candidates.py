@@ -47,6 +47,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from lab.lab import free_ports  # noqa: E402
+
 HOLD = 10          # seconds every candidate holds a request while llama-server is not up
 TIMEOUT = 30       # the client's timeout
 BIG = 200_000      # case F's body, bytes
@@ -209,18 +212,6 @@ CANDIDATES = {
     "haproxy-hold": haproxy(HAPROXY_HOLD, "  lua-load {tmp}/front.lua\n  tune.bufsize 65536\n  tune.maxrewrite 1024"),
     "caddy": caddy,
 }
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct free loopback ports from the OS (all held open until all are chosen)."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def wait_port(port: int, seconds: float = 10) -> None:

@@ -22,6 +22,7 @@ import pprint
 import secrets
 import shutil
 import shlex
+import socket
 import subprocess
 import sys
 import tempfile
@@ -368,3 +369,16 @@ def pin(unpin: bool = False) -> None:
         cpus = f"0-{ncpu - 1}" if unpin else ("0" if container.endswith("-coordinator") else str(ncpu - 1))
         docker("update", "--cpuset-cpus", cpus, container)
         log(f"{container} on cpus {cpus}")
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports from the OS (all held open until all are chosen), for the processes the
+    tests and benchmarks start on this machine."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()

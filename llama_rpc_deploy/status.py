@@ -132,7 +132,8 @@ def parse(name: str, role: str, output: str, cache_limit: int | None = None) -> 
 
 def front_figures(held: list[str], stat: list[str]) -> dict:
     """The front's figures from its admin socket: front.lua's `show front` (held, holding, expired) and
-    HAProxy's `show stat` CSV (its frontend api, backend replay, server llama-server; front.cfg.j2).
+    HAProxy's `show stat` CSV (its frontend api, backend llama-server and its server llama-server;
+    front.cfg.j2).
     Counted since the front last started or reloaded."""
     rows = {}
     lines = [line for line in stat if line.strip()]
@@ -142,7 +143,7 @@ def front_figures(held: list[str], stat: list[str]) -> dict:
     if not rows:
         return {}
     number = lambda key, field: int(rows.get(key, {}).get(field) or 0)  # noqa: E731
-    api, replay = ("api", "FRONTEND"), ("replay", "BACKEND")
+    api, backend = ("api", "FRONTEND"), (render.FRONT_BACKEND, "BACKEND")
     server = (render.FRONT_BACKEND, render.FRONT_SERVER)
     lua = dict(line.split(None, 1) for line in held if len(line.split()) == 2)
     return {
@@ -150,9 +151,9 @@ def front_figures(held: list[str], stat: list[str]) -> dict:
         "held": int(lua.get("held", 0)),  # waited while llama-server was down, loading or drained
         "holding": int(lua.get("holding", 0)),  # waiting now: the queue
         "held_too_long": int(lua.get("expired", 0)),  # answered 503 past llama_front_hold_seconds
-        "replays": number(replay, "wretr"),  # tries the front made again after llama-server died or was down
+        "replays": number(backend, "wretr"),  # tries the front made again after llama-server died or was down
         "failed": number(api, "hrsp_5xx"),  # 5xx answers clients got (the front's own 503 to /health included)
-        "cut": number(replay, "srv_abrt"),  # answers cut short by llama-server's end (streamed ones)
+        "cut": number(backend, "srv_abrt"),  # answers cut short by llama-server's end (streamed ones)
         "in_flight": number(server, "scur"),
         "llama_server": rows.get(server, {}).get("status", "unknown"),
     }

@@ -11,6 +11,7 @@ Settings: llama_front_hold_seconds 6, llama_front_replay_kib 16, llama_port and 
 Every wait is bounded; every process is killed in the fixture's teardown. HAProxy and socat must be installed
 (scripts/setup-machine.sh): without them these tests fail, they do not skip.
 """
+import csv
 import http.client
 import json
 import os
@@ -29,7 +30,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from llama_rpc_deploy import programs, render
+from lab.lab import free_ports
+from llama_rpc_deploy import programs, render, status
 
 from ..unit.helpers import cluster
 
@@ -129,17 +131,6 @@ def wait_until(predicate, timeout, what):
         if time.monotonic() > end:
             raise AssertionError(f"not within {timeout} s: {what}")
         time.sleep(0.05)
-
-
-def free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def accepts(port):
@@ -357,6 +348,23 @@ def ok(answer: Answer, tag=None):
 
 # --- the cases --------------------------------------------------------------------------------------------
 
+def test_while_llama_server_is_up_requests_go_straight_to_it(front):
+    """One hop: the hold (HAProxy's frontend hold, the backup server) sees no request while llama-server is up,
+    streamed or not; what HAProxy does per token is then one read and one write."""
+    def requests():  # by frontend (the readiness probe's bare connection counts as one at api)
+        lines = front.admin("show stat -1 1 -1").splitlines()
+        return {r["pxname"]: int(r["req_tot"]) for r in csv.DictReader([lines[0].lstrip("# "), *filter(None, lines[1:])])}
+
+    front.start_llama()
+    before = requests()
+    ok(front.call(body={"tag": "plain"}), "plain")
+    streamed = front.call(body={"tag": "streamed", "stream": True, "delay": 0.3})
+    assert streamed.status == 200 and b"data: [DONE]" in streamed.body, streamed
+    after = requests()
+    assert after["api"] - before["api"] == 2 and after["hold"] == before["hold"] == 0, (before, after)
+    assert front.show_front()["held"] == 0
+
+
 def test_requests_while_llama_server_is_down_then_loading_are_held_and_answered(front):
     """Down (nothing listens), then loading (/health 503): requests wait in the front and are answered once
     llama-server is up; none reaches it before (none gets its 503)."""
@@ -425,6 +433,10 @@ def test_a_request_cut_by_a_crash_is_replayed(front):
     # answered by each once: no second answer for the client to miss. (A try may also reach the new one while it
     # loads, and get its 503, then be held: the front finds a crash by its health check, up to 0.5 s late.)
     assert [r["pid"] for r in front.arrived("cut") if not r["loading"]] == [first.pid, second.pid]
+    # what `llama-rpc status` shows, read from this HAProxy as it reads the coordinator's
+    figures = status.front_figures(front.admin("show front").splitlines(), front.admin("show stat").splitlines())
+    assert figures["requests"] >= 1 and figures["replays"] >= 1 and figures["failed"] == 0, figures
+    assert figures["held"] >= 1 and figures["llama_server"] == "UP" and figures["in_flight"] == 0, figures
 
 
 def test_a_streamed_answer_cut_by_a_crash_ends_in_an_error_at_once(front):

@@ -178,10 +178,17 @@ def test_the_front_listens_for_clients_and_sends_to_llama_server_on_loopback():
     cfg = front(c)[FRONT_CFG]
     assert section(cfg, "frontend api")[0] == "bind 10.0.0.10:8081"
     llama = section(cfg, "backend llama-server")
+    # one hop to llama-server while it is up; the hold (backup) only while it is not
     assert [line for line in llama if line.startswith("server ")] == [
-        f"server {render.FRONT_SERVER} 127.0.0.1:18081 check inter 500 fall 1 rise 1"]
-    assert lines(cfg, "server ") == ["server hold abns@llama-front-hold send-proxy-v2", llama[-1]]
+        f"server {render.FRONT_SERVER} 127.0.0.1:18081 check inter 500 fall 1 rise 1",
+        "server hold abns@llama-front-hold send-proxy-v2 backup"]
+    assert "option redispatch 1" in llama
+    # the hold sends to the same llama-server, whose up, down or drained state it follows
+    assert [line for line in section(cfg, "backend held") if line.startswith("server ")] == [
+        f"server llama-server 127.0.0.1:18081 track {render.FRONT_BACKEND}/{render.FRONT_SERVER}"]
     assert lines(cfg, "bind ") == ["bind 10.0.0.10:8081", "bind abns@llama-front-hold accept-proxy"]
+    assert section(cfg, "frontend api")[-1] == f"default_backend {render.FRONT_BACKEND}"
+    assert section(cfg, "frontend hold")[-1] == "default_backend held"
     assert f"backend {render.FRONT_BACKEND}" in cfg
     assert lines(cfg, "stats socket") == [f"stats socket {render.FRONT_SOCKET} mode 600 level admin"]
     assert lines(cfg, "lua-load") == [f"lua-load {FRONT_LUA}"]
@@ -199,7 +206,7 @@ def test_the_front_replays_what_fits_in_its_buffer():
         assert lines(cfg, "tune.bufsize") == [f"tune.bufsize {kib * 1024 + 1024}"]
         assert lines(cfg, "tune.maxrewrite") == ["tune.maxrewrite 1024"]
         assert f"up to {kib} KiB" in cfg
-    replay = section(front(cluster())[FRONT_CFG], "backend replay")
+    replay = section(front(cluster())[FRONT_CFG], f"backend {render.FRONT_BACKEND}")
     assert f"retries {render.FRONT_RETRIES}" in replay
     assert "retry-on conn-failure empty-response 502 503 504" in replay
     assert "option http-buffer-request" in section(front(cluster())[FRONT_CFG], "frontend api")
