@@ -10,8 +10,9 @@ failed request is followed by 0.5 s of pause (as loadtest). A streamed request c
 its stream ended with a finish_reason and `data: [DONE]`. The cases:
 
   front-cost       no fault: tokens/s and time to first token through the front against llama-server directly,
-                   from a client inside the coordinator (stdlib, copied in), the two ways alternating, each host
-                   pinned to its own core (`lab pin`, as benchmarks/tool_overhead.py)
+                   from a client inside the coordinator (stdlib, copied in), one request each way in turn, each
+                   host pinned to its own core (`lab pin`, as benchmarks/tool_overhead.py); with the CPU time the
+                   front's HAProxy and llama-server spent
   rpc-kill         `systemctl kill --signal=SIGKILL rpc-server` on worker1, 3 s into the load
   rpc-kill-process `docker kill --signal KILL rpc-server` on worker1 (the process itself), 3 s into the load
   worker-reboot    `docker restart llama-rpc-lab-worker1`, 3 s into the load
@@ -34,7 +35,9 @@ import argparse
 import http.client
 import json
 import math
+import os
 import platform
+import random
 import re
 import statistics
 import subprocess
@@ -548,16 +551,31 @@ def case_model_switch(cluster) -> dict:
     return r
 
 
-COST_CLIENT = r'''
-import http.client, json, sys, time
+COST_CLIENT = r"""
+import http.client, json, os, subprocess, sys, time
 key = sys.stdin.readline().strip()
-ways = json.loads(sys.argv[1])
-rounds, per_round, tokens = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+ways, pairs, tokens = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+FRONT, SERVER = sys.argv[4], "llama-server --"
+
+def pids(pattern):  # the processes whose command line has pattern (not this one)
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in out if int(p) != os.getpid()]
+
+def cpu_ns(ps):  # CPU time so far (the scheduler's, in ns) of the processes ps
+    total = 0
+    for p in ps:
+        try:
+            total += int(open(f"/proc/{p}/schedstat").read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total
 
 def one(way):
     host, port = ways[way]
     body = json.dumps({"messages": [{"role": "user", "content": "Once upon a time"}], "max_tokens": tokens,
                        "stream": True, "temperature": 0, "ignore_eos": True, "cache_prompt": False})
+    front, server = pids(FRONT), pids(SERVER)
+    cpu = (cpu_ns(front), cpu_ns(server))
     connection = http.client.HTTPConnection(host, port, timeout=120)
     start = time.perf_counter()
     connection.request("POST", "/v1/chat/completions", body,
@@ -579,44 +597,70 @@ def one(way):
             "tokens_per_s": (len(times) - 1) / (times[-1] - times[0]),
             "second_half_tokens_per_s": (len(times) - 1 - half) / (times[-1] - times[half]),
             "end_to_end_tokens_per_s": len(times) / (times[-1] - start),
-            "first_ms_tokens": sum(t - times[0] < 0.001 for t in times)}
+            "first_ms_tokens": sum(t - times[0] < 0.001 for t in times),
+            "front_cpu_ms": (cpu_ns(front) - cpu[0]) / 1e6, "server_cpu_ms": (cpu_ns(server) - cpu[1]) / 1e6}
 
+assert pids(FRONT) and pids(SERVER), "no front or no llama-server process in the coordinator"
 for way in ways:
     one(way)
     one(way)
 out = {way: [] for way in ways}
-for r in range(rounds):
-    for way in (list(ways) if r % 2 == 0 else list(ways)[::-1]):
-        for _ in range(per_round):
-            out[way].append(one(way))
+for i in range(pairs):  # one request each way, the order swapped every pair: drift falls on both alike
+    for way in (list(ways) if i % 2 == 0 else list(ways)[::-1]):
+        out[way].append(one(way))
 print(json.dumps(out))
-'''
-
-NODELAY_PORT = 18092  # the diagnostic copy of the front, on the coordinator's loopback
-NODELAY = "/tmp/no-request-lost-nodelay"
+"""
 
 
-def start_nodelay_front(cluster) -> None:
-    """A second HAProxy on the coordinator: the deployed front.cfg with `option http-no-delay` added to its
-    defaults, on 127.0.0.1:NODELAY_PORT (its own admin socket and hold address; the same llama-server)."""
-    config = f"{cluster.settings['deploy_dir']}/front.cfg"
-    on("coordinator", f"sed -e 's|^  bind [^ ]*:{cluster.settings['llama_port']}$|  bind 127.0.0.1:{NODELAY_PORT}|' "
-                      f"-e 's|{render.FRONT_SOCKET}|{NODELAY}.sock|' -e 's|abns@llama-front-hold|abns@nrl-nodelay-hold|g' "
-                      "-e '/^  user haproxy$/d' -e '/^  group haproxy$/d' -e 's|^  log stdout .*|  log stdout local0 emerg|' "
-                      f"-e 's|^  mode http$|  mode http\\n  option http-no-delay|' {config} > {NODELAY}.cfg && "
-                      f"grep -q 'bind 127.0.0.1:{NODELAY_PORT}' {NODELAY}.cfg && grep -q http-no-delay {NODELAY}.cfg && "
-                      f"haproxy -q -D -f {NODELAY}.cfg -p {NODELAY}.pid && sleep 2")
+def interval(values: list[float], statistic=statistics.median, draws: int = 4000) -> list[float]:
+    """A 95% bootstrap interval of statistic(values) (resampled with a fixed seed: the same data, the same
+    interval)."""
+    rng = random.Random(1)
+    stats = sorted(statistic(rng.choices(values, k=len(values))) for _ in range(draws))
+    return [round(stats[int(0.025 * draws)], 4), round(stats[int(0.975 * draws) - 1], 4)]
 
 
-def stop_nodelay_front() -> None:
-    on("coordinator", f"[ -s {NODELAY}.pid ] && kill $(cat {NODELAY}.pid); rm -f {NODELAY}.cfg {NODELAY}.pid {NODELAY}.sock",
-       check=False)
+PLACEMENTS = {  # where the front's HAProxy runs, against the processes that generate
+    "shared": "HAProxy on llama-server's core: each lab host pinned to its own core (`lab pin`, as "
+              "benchmarks/tool_overhead.py), the coordinator on core 0 alone, the client there too",
+    "apart": "HAProxy on the workers' core (1), llama-server and the client on core 0: every core still generates",
+    "free": "HAProxy and the client on a core that does not generate (1), llama-server and both workers on core 0: "
+            "a coordinator whose card generates, with CPU cores to spare",
+}
 
 
-def case_front_cost(cluster, rounds: int = 12, per_round: int = 4, tokens: int = 128) -> dict:
+def place(placement: str) -> int:
+    """Pin the lab for placement (taskset inside the coordinator for llama-server's threads and HAProxy's);
+    the core for the client."""
+    last = (os.cpu_count() or 2) - 1
+    if placement == "shared":
+        lab.pin()
+        return 0
+    workers = 0 if placement == "free" else last
+    containers = subprocess.run(["docker", "ps", "--filter", f"label={lab.LABEL}", "--format", "{{.Names}}"],
+                                check=True, capture_output=True, text=True).stdout.split()
+    for container in containers:
+        cpus = f"0-{last}" if container.endswith("-coordinator") else str(workers)
+        subprocess.run(["docker", "update", "--cpuset-cpus", cpus, container], check=True, capture_output=True)
+    on("coordinator", f"set -e; for p in $(pgrep -f 'llama-server --'); do taskset -a -p -c 0 $p >/dev/null; done; "
+                      f"for p in $(pgrep -f {FRONT_CONFIG}); do taskset -a -p -c {last} $p >/dev/null; done")
+    return last if placement == "free" else 0
+
+
+def unplace() -> None:
+    lab.pin(unpin=True)
+    last = (os.cpu_count() or 2) - 1
+    on("coordinator", f"for p in $(pgrep -f 'llama-server --') $(pgrep -f {FRONT_CONFIG}); do "
+                      f"taskset -a -p -c 0-{last} $p >/dev/null; done", check=False)
+
+
+FRONT_CONFIG = "/opt/llama-rpc/front.cfg"  # how the client and place() find the front's HAProxy processes
+
+
+def case_front_cost(cluster, pairs: int = 80, tokens: int = 128) -> dict:
     """Streamed chat completions from inside the coordinator: through the front (its public address) and to
-    llama-server on 127.0.0.1 directly, the two alternating (in reverse order every other round); a third way,
-    for diagnosis: a copy of the front with `option http-no-delay`."""
+    llama-server on 127.0.0.1 directly, one request each way in turn (the order swapped every pair), and the
+    CPU time the front's HAProxy and llama-server spent on each; once per placement of HAProxy."""
     s = cluster.settings
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(COST_CLIENT)
@@ -626,40 +670,47 @@ def case_front_cost(cluster, rounds: int = 12, per_round: int = 4, tokens: int =
     key = (Path(s["llama_api_key_file"]).read_text().strip() + "\n") if s["llama_api_key_file"] else "\n"
     host = s["llama_host"] or cluster.coordinator.address
     ways = {"front": [host, s["llama_port"]], "direct": ["127.0.0.1", s["llama_server_port"]]}
-    config = f"{s['deploy_dir']}/front.cfg"
-    has_nodelay = on("coordinator", f"grep -q '^  option http-no-delay' {config} && echo yes", check=False) == "yes"
-    if not has_nodelay:  # the diagnosis: the same front with it
-        ways["front_nodelay"] = ["127.0.0.1", NODELAY_PORT]
-    lab.pin()
+    out = {"pairs": pairs, "tokens": tokens, "placements": {}}
     try:
-        if not has_nodelay:
-            start_nodelay_front(cluster)
-        result = subprocess.run(["docker", "exec", "-i", f"{lab.PREFIX}-coordinator", "python3", script,
-                                 json.dumps(ways), str(rounds), str(per_round), str(tokens)],
-                                input=key, capture_output=True, text=True, timeout=900)
+        for placement in PLACEMENTS:
+            core = place(placement)
+            try:
+                result = subprocess.run(["docker", "exec", "-i", f"{lab.PREFIX}-coordinator", "taskset", "-c", str(core),
+                                         "python3", script, json.dumps(ways), str(pairs), str(tokens), FRONT_CONFIG],
+                                        input=key, capture_output=True, text=True, timeout=900)
+            finally:
+                unplace()
+            if result.returncode != 0:
+                raise RuntimeError(f"the client in the coordinator failed: {result.stderr[-2000:]}")
+            out["placements"][placement] = cost_figures(json.loads(result.stdout))
     finally:
-        stop_nodelay_front()
-        lab.pin(unpin=True)
         on("coordinator", f"rm -f {script}", check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"the client in the coordinator failed: {result.stderr[-2000:]}")
-    raw = json.loads(result.stdout)
+    return out
+
+
+def cost_figures(raw: dict) -> dict:
     keys = ("ttft_ms", "total_ms", "tokens_per_s", "second_half_tokens_per_s", "end_to_end_tokens_per_s",
-            "first_ms_tokens")
+            "first_ms_tokens", "front_cpu_ms", "server_cpu_ms")
     med = {w: {k: round(statistics.median(x[k] for x in v), 2) for k in keys} for w, v in raw.items()}
-    ratio = lambda way, k: round(med[way][k] / med["direct"][k], 4)  # noqa: E731
-    diagnosis = {} if has_nodelay else {
-        "nodelay_ratio": ratio("front_nodelay", "tokens_per_s"),
-        "nodelay_ratio_end_to_end": ratio("front_nodelay", "end_to_end_tokens_per_s"),
-        "nodelay_ttft_diff_ms": round(med["front_nodelay"]["ttft_ms"] - med["direct"]["ttft_ms"], 2)}
-    return {"rounds": rounds, "per_round": per_round, "tokens": tokens, "pinned": True,
-            "deployed_front_has_http_no_delay": has_nodelay, **diagnosis,
-            "requests_each_way": len(raw["front"]), "tokens_each": sorted({x["tokens"] for v in raw.values() for x in v}),
+    paired = list(zip(raw["front"], raw["direct"]))  # request i each way: next to each other in time
+    ratios = {k: [f[k] / d[k] for f, d in paired]
+              for k in ("tokens_per_s", "second_half_tokens_per_s", "end_to_end_tokens_per_s")}
+    ttft = [f["ttft_ms"] - d["ttft_ms"] for f, d in paired]
+    n_tokens = statistics.median(x["tokens"] for v in raw.values() for x in v)
+    # the front's own CPU per token: what HAProxy spent during a request through it, less what it spends anyway
+    # (health checks) during a direct one
+    front_cpu_us = (med["front"]["front_cpu_ms"] - med["direct"]["front_cpu_ms"]) * 1000 / n_tokens
+    server_cpu_us = med["direct"]["server_cpu_ms"] * 1000 / n_tokens
+    return {"requests_each_way": len(raw["front"]), "tokens_each": sorted({x["tokens"] for v in raw.values() for x in v}),
             "median": med,
-            "ratio": ratio("front", "tokens_per_s"),
-            "ratio_second_half": ratio("front", "second_half_tokens_per_s"),
-            "ratio_end_to_end": ratio("front", "end_to_end_tokens_per_s"),
-            "ttft_diff_ms": round(med["front"]["ttft_ms"] - med["direct"]["ttft_ms"], 2),
+            "ratio": round(statistics.median(ratios["tokens_per_s"]), 4),
+            "ratio_interval": interval(ratios["tokens_per_s"]),
+            "ratio_second_half": round(statistics.median(ratios["second_half_tokens_per_s"]), 4),
+            "ratio_end_to_end": round(statistics.median(ratios["end_to_end_tokens_per_s"]), 4),
+            "ratio_end_to_end_interval": interval(ratios["end_to_end_tokens_per_s"]),
+            "ttft_diff_ms": round(statistics.median(ttft), 2), "ttft_diff_interval": interval(ttft),
+            "front_cpu_us_per_token": round(front_cpu_us, 1), "server_cpu_us_per_token": round(server_cpu_us, 1),
+            "server_cpu_front_over_direct": round(med["front"]["server_cpu_ms"] / med["direct"]["server_cpu_ms"], 4),
             "raw": {w: [{k: round(x[k], 3) for k in x} for x in v] for w, v in raw.items()}}
 
 
@@ -770,42 +821,37 @@ goes on until every client has been answered a request sent after it (at most {S
         if "error" in r:
             parts.append(f"## What the front costs\n\nThe case did not run to its end: {r['error']}\n")
         else:
-            goal, met = target("front-cost", r)
-            m = r["median"]
-            named = [("through the front (172.30.57.10:8080)", "front"), ("llama-server directly (127.0.0.1:18080)", "direct")]
-            if "front_nodelay" in m:
-                named.append(("diagnosis: a copy of the front with `option http-no-delay` (127.0.0.1:18092)", "front_nodelay"))
-            rows = "\n".join(
-                f"| {what} | {m[w]['tokens_per_s']} | {m[w]['second_half_tokens_per_s']} | {m[w]['end_to_end_tokens_per_s']} | "
-                f"{m[w]['ttft_ms']} ms | {m[w]['total_ms']} ms | {m[w]['first_ms_tokens']} |" for what, w in named)
-            diagnosis = (f"A third way, for diagnosis only: the deployed front.cfg copied with `option http-no-delay` added to "
-                         "its defaults, run as a second HAProxy on the coordinator's loopback for the length of the case (the "
-                         "deployed front is not touched).") if "front_nodelay" in m else (
-                         "The deployed front.cfg has `option http-no-delay`.")
-            nodelay = (f" The copy with `option http-no-delay`: generation {r['nodelay_ratio']}, end to end "
-                       f"{r['nodelay_ratio_end_to_end']}, time to first token {r['nodelay_ttft_diff_ms']:+} ms."
-                       if "nodelay_ratio" in r else "")
             parts.append(f"""## What the front costs
 
 A stdlib client inside the coordinator (copied in with `docker cp`), streamed chat completions of {r['tokens']} tokens
-(`ignore_eos`, `cache_prompt: false`), through the front and to llama-server directly, alternating ({r['rounds']}
-rounds of {r['per_round']} requests each way, the order reversed every other round, after 2 to warm up), each lab host
-pinned to its own core (`lab pin`, as benchmarks/tool_overhead.py; the client shares the coordinator's core).
-{diagnosis}
+(`ignore_eos`, `cache_prompt: false`), one through the front and one to llama-server directly in turn, {r['pairs']}
+pairs, the order swapped every pair, after 2 each way to warm up. The client also reads the CPU time
+(`/proc/PID/schedstat`) of the front's HAProxy processes and of llama-server around each request. Once per
+placement of the front's HAProxy, in one run (the lab has 2 cores, and every lab host generates on the CPU):
+""" + "".join(f"- **{name}**: {what}.\n" for name, what in PLACEMENTS.items()) + """
+Medians of each way's requests. Generation tokens/s: the tokens after the first over the time from the first to
+the last (as the client sees them); second half: the same over the last half of the tokens; end to end: all tokens
+over the time from sending to the last token. First-ms tokens: how many tokens arrived within 1 ms of the first.
+Ratios: the median of the pairs' front / direct, with a 95% bootstrap interval.
 
-Medians of {r['requests_each_way']} requests each way. Generation tokens/s: the tokens after the first over the time from
-the first to the last (as the client sees them); second half: the same over the last half of the tokens; end to end:
-all tokens over the time from sending to the last token. First-ms tokens: how many tokens arrived within 1 ms of
-the first (tokens the client got in one burst).
+| placement | way | generation tokens/s | second half tokens/s | end to end tokens/s | time to first token | first-ms tokens | HAProxy's CPU per request | llama-server's CPU per request |
+| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
+""" + "\n".join(
+                f"| {name} | {way} | {m[way]['tokens_per_s']} | {m[way]['second_half_tokens_per_s']} | "
+                f"{m[way]['end_to_end_tokens_per_s']} | {m[way]['ttft_ms']} ms | {m[way]['first_ms_tokens']} | "
+                f"{m[way]['front_cpu_ms']} ms | {m[way]['server_cpu_ms']} ms |"
+                for name, p in r["placements"].items() for way, m in [(w, p["median"]) for w in ("front", "direct")])
+                + """
 
-| way | generation tokens/s | second half tokens/s | end to end tokens/s | time to first token | time to last token | first-ms tokens |
-| --- | ---: | ---: | ---: | ---: | ---: | ---: |
-{rows}
-
-Front / direct, generation tokens/s: **{r['ratio']}** (second half {r['ratio_second_half']}, end to end
-{r['ratio_end_to_end']}); time to first token **{r['ttft_diff_ms']:+} ms**. Target (ratio >= 0.99, TTFT <= +2 ms):
-{'met' if met else '**not met**'}.{nodelay}
-""")
+| placement | generation tokens/s, front / direct | end to end | time to first token | HAProxy's CPU per token | llama-server's CPU, front / direct | target (ratio >= 0.99, TTFT <= +2 ms) |
+| --- | --- | --- | --- | --- | --- | --- |
+""" + "\n".join(
+                f"| {name} | **{p['ratio']}** ({p['ratio_interval'][0]} to {p['ratio_interval'][1]}) | "
+                f"{p['ratio_end_to_end']} ({p['ratio_end_to_end_interval'][0]} to {p['ratio_end_to_end_interval'][1]}) | "
+                f"**{p['ttft_diff_ms']:+} ms** ({p['ttft_diff_interval'][0]:+} to {p['ttft_diff_interval'][1]:+}) | "
+                f"{p['front_cpu_us_per_token']} µs (llama-server: {p['server_cpu_us_per_token']} µs) | "
+                f"{p['server_cpu_front_over_direct']} | {'met' if target('front-cost', p)[1] else '**not met**'} |"
+                for name, p in r["placements"].items()) + "\n")
     parts.append("## Each case\n")
     for c in load_cases:
         r = results[c]
@@ -921,9 +967,8 @@ def summary(name: str, r: dict) -> str:
     if "error" in r:
         return r["error"]
     if name == "front-cost":
-        return (f"ratio {r['ratio']} (end to end {r['ratio_end_to_end']}), TTFT {r['ttft_diff_ms']:+} ms"
-                + (f"; a copy with http-no-delay: ratio {r['nodelay_ratio']}, TTFT {r['nodelay_ttft_diff_ms']:+} ms"
-                   if "nodelay_ratio" in r else ""))
+        return "; ".join(f"{name}: ratio {p['ratio']} {p['ratio_interval']}, TTFT {p['ttft_diff_ms']:+} ms, HAProxy "
+                         f"{p['front_cpu_us_per_token']} us of CPU per token" for name, p in r["placements"].items())
     return (f"{r['sent']} sent, {r['failed_plain']} failed non-streamed, {r['failed_stream']} failed streamed, "
             f"first answer {r.get('first_answer_after_heal_s', r['first_answer_s'])} s, longest "
             f"{r['longest_request_s']} s")
@@ -935,7 +980,6 @@ def meta(cases: list[str]) -> dict:
                    if l.startswith("model name"))
     except (OSError, StopIteration):
         cpu = platform.processor()
-    import os
     git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.rstrip()  # noqa: E731
     changed = [l[3:] for l in git("status", "--porcelain").splitlines()
                if not l[3:].startswith(("docs/no-request-lost", "benchmarks/no_request_lost"))]
