@@ -57,6 +57,22 @@ def deployed_and_serving():
     return cluster
 
 
+@pytest.fixture(scope="module")
+def cluster():
+    """For modules that break the lab: import this and serving_afterwards (a fault test starts from a serving
+    cluster and leaves one behind)."""
+    return deployed_and_serving()
+
+
+@pytest.fixture
+def serving_afterwards(cluster):
+    """Each test of a module that uses it (pytestmark) must leave the lab serving."""
+    from llama_rpc_deploy.loadtest import until_serving
+
+    yield
+    assert until_serving(cluster, 240, expect_down=False).seconds is not None, "the lab is not serving after the test"
+
+
 def snapshot() -> dict[str, str]:
     """STATE on every lab host."""
     return {name: subprocess.run(["docker", "exec", f"{lab.PREFIX}-{name}", "sh", "-c", STATE],

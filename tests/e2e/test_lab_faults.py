@@ -15,25 +15,15 @@ from lab import lab
 from llama_rpc_deploy.deployment import PROJECT, from_cluster
 from llama_rpc_deploy.loadtest import run_load, until_serving
 
-from . import INVENTORY, WORKERS, deployed_and_serving, needs_docker, on, operations, pyinfra
+from . import cluster, serving_afterwards  # noqa: F401  (the fixtures of a lab left serving)
+from . import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra
 
-pytestmark = needs_docker
+pytestmark = [needs_docker, pytest.mark.usefixtures("serving_afterwards")]
 COORDINATOR, WORKER1 = 0, 1
 
 
 def container(index: int) -> str:
     return f"{lab.PREFIX}-{lab.host_names(WORKERS)[index]}"
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    return deployed_and_serving()
-
-
-@pytest.fixture(autouse=True)
-def serving_afterwards(cluster):
-    yield
-    assert until_serving(cluster, 240, expect_down=False).seconds is not None, "the lab is not serving after the test"
 
 
 def started_at(index: int, unit: str) -> str:

@@ -21,22 +21,12 @@ from llama_rpc_deploy.cluster import api_key
 from llama_rpc_deploy.loadtest import run_load, until_serving
 from llama_rpc_deploy.render import FRONT_SOCKET
 
-from . import changed, deployed_and_serving, needs_docker, on, operations, pyinfra
+from . import cluster, serving_afterwards  # noqa: F401  (the fixtures of a lab left serving)
+from . import changed, needs_docker, on, operations, pyinfra
 
-pytestmark = needs_docker
+pytestmark = [needs_docker, pytest.mark.usefixtures("serving_afterwards")]
 COORDINATOR, WORKER1 = 0, 1
 KILL_RPC_SERVER = "docker kill --signal KILL rpc-server"  # the server (systemctl kill would hit the docker client)
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    return deployed_and_serving()
-
-
-@pytest.fixture(autouse=True)
-def serving_afterwards(cluster):
-    yield
-    assert until_serving(cluster, 240, expect_down=False).seconds is not None, "the lab is not serving after the test"
 
 
 def front_counters() -> dict[str, int]:
