@@ -27,6 +27,8 @@ plan           - the capacity planner; gguf_header reads what it needs from a GG
 status         - every host's services, restarts and their cause, cache, load report (load_report)
 bench, client  - tokens/s against the planner's ceiling; requests to llama-server
 loadtest       - concurrent clients, time until serving again (tests, bench)
+tune           - the fastest split, measured: candidates restart llama-server only; tune_search the search and
+                 its statistics, tune_apply the group_data file written back (--apply)
 Not in the package: lab/ at the top of the checkout (lab.lab, lab.testmodel, lab.testprojector): the local
 lab (containers that behave like real hosts) and the small GGUFs it and the tests generate.
 """

@@ -13,6 +13,9 @@
   status [-i INVENTORY] [--json]  every host's services, restarts and their cause, image, RPC protocol,
                            tensor cache, GPU memory; the load report per device; whether the API answers;
                            exits 1 when something is wrong
+  tune [-i INVENTORY] [--objective generation|prompt|both] [--budget N] [--apply] [--json OUT] [--png OUT]
+                           the fastest split of the layers, measured on the deployed cluster (only llama-server
+                           restarts, behind the front); --apply writes it into group_data; --sweep measures them all
   settings [--write-readme]  the settings table (Markdown), from the schema
   testmodel OUT.gguf       write a small random-weight llama GGUF
 lab and testmodel run in a checkout (its lab/ folder is not installed with the package).
@@ -92,6 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     p_status = sub.add_parser("status")
     p_status.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
     p_status.add_argument("--json", action="store_true", help="the same, as JSON")
+    p_tune = sub.add_parser("tune")
+    p_tune.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
+    p_tune.add_argument("--objective", choices=("generation", "prompt", "both"), default="generation",
+                        help="what to make faster: generation tokens/s, prompt processing, or both (their geometric mean)")
+    p_tune.add_argument("--budget", type=int, default=30, help="at most this many measurements (each restarts llama-server)")
+    p_tune.add_argument("--repeats", type=int, default=3, help="measurements of each side of a comparison (with --sweep: rounds)")
+    p_tune.add_argument("--apply", action="store_true", help="write the best split into group_data when it is beyond the noise")
+    p_tune.add_argument("--sweep", action="store_true", help="measure every split that fits instead (slow: a reference)")
+    p_tune.add_argument("--json", type=Path, help="write every measurement here")
+    p_tune.add_argument("--png", type=Path, help="plot tokens/s per split here")
+    p_tune.add_argument("--model", type=Path, help="a local copy of the GGUF (default: its header is read on the coordinator)")
+    p_tune.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting the deploy was given with pyinfra's --data (tune checks the running server is that)")
     p_settings = sub.add_parser("settings")
     p_settings.add_argument("--write-readme", action="store_true", help="replace the table in README.md")
     p_model = sub.add_parser("testmodel")
@@ -183,6 +199,26 @@ def main(argv: list[str] | None = None) -> int:
             hosts = status.collect(offline_cluster(args.inventory), args.inventory)
             print(status.to_json(hosts) if args.json else status.table(hosts))
             return 0 if all(h.ok for h in hosts) else 1
+        elif args.command == "tune":
+            from . import bench, tune
+            if args.png and not bench.can_plot():
+                print(f"error: {bench.PLOT_HINT}", file=sys.stderr)
+                return 2
+            try:
+                report = tune.run(args.inventory, objective=args.objective, budget=args.budget, repeats=args.repeats,
+                                  sweep=args.sweep, model=args.model, overrides=data_overrides(args.data))
+            except KeyboardInterrupt:
+                print("tune: stopped; the deployed split is back in place", file=sys.stderr)
+                return 130
+            print(report.table())
+            if args.json:
+                args.json.write_text(report.to_json() + "\n")
+            if args.png:
+                report.plot(args.png)
+            if args.apply:
+                written = tune.apply(args.inventory, report)
+                print(f"written to {written}: deploy again to use it (only llama-server restarts)" if written else
+                      "nothing written: no split beyond the noise")
         elif args.command == "settings":
             if args.write_readme:
                 readme = Path(__file__).resolve().parent.parent / "README.md"

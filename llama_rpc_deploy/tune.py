@@ -1,0 +1,301 @@
+"""`tune`: the fastest split of the layers, found by measuring it on the deployed cluster.
+
+    python -m llama_rpc_deploy tune -i inventory.py [--objective generation|prompt|both] [--budget N] [--apply]
+
+The planner splits by each card's datasheet bandwidth; real machines differ (PCIe lanes, the RPC hop, a busy
+worker, a hot card). tune measures splits instead. A split is the layers on each place, in llama.cpp's order:
+the coordinator's CPU first when llama_n_gpu_layers leaves layers there, then every device (each worker's, then
+the coordinator's GPUs; the output layer always on the last). Only llama-server restarts for a candidate: its
+launch script is rendered as the deploy renders it, with that split's llama_n_gpu_layers and llama_tensor_split,
+and the front (HAProxy) drains and holds requests through each restart, so clients lose none. Workers, their
+tensor caches and every other file stay. A candidate the planner finds too big for a card is never tried.
+
+Each measurement: after a warm-up, llama-server's own timings for a short-prompt and a long-prompt completion
+(generation tokens/s of both, the long prompt's processing tokens/s). The search (tune_search.search) compares
+candidates in alternation and keeps a move only when it is beyond the noise, then confirms the best against the
+deployed split. At the end, or on Ctrl-C, the deployed launch script is put back and llama-server restarted.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import client, plan, render, tune_search
+from .bench import PROMPT, model_header
+from .cluster import Cluster
+from .deployment import offline_cluster, ssh_runner
+from .loadtest import until_serving
+
+OBJECTIVES = ("generation", "prompt", "both")
+KEYS = ("llama_n_gpu_layers", "llama_tensor_split")  # what a split sets (and --apply writes)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a split (layers per place) maps to llama-server's options, for one model and cluster."""
+    n_layer: int
+    devices: list  # plan.Device, in llama.cpp's order
+    cpu: bool  # the coordinator's CPU is the first place (llama_n_gpu_layers leaves layers there)
+
+    @property
+    def places(self) -> list[str]:
+        return (["CPU (coordinator)"] if self.cpu else []) + [f"{d.name} ({d.host})" for d in self.devices]
+
+    def settings(self, split: tuple[int, ...]) -> dict:
+        """llama_n_gpu_layers and llama_tensor_split for split: the device counts, the output layer on the
+        last device (plan.render_shares); with the CPU place, the layers not offloaded are its count."""
+        on_devices = list(split[1:] if self.cpu else split)
+        return {"llama_n_gpu_layers": sum(on_devices) + 1 if self.cpu else 999,
+                "llama_tensor_split": plan.render_shares(on_devices)}
+
+
+def layout_of(cluster: Cluster, model) -> tuple[Layout, tuple[int, ...]]:
+    """The places and the deployed split (as the planner places it: plan_cluster)."""
+    capacity = plan.plan_cluster(cluster, model)
+    counts = [len(p.layers) for p in capacity.placements]
+    on_cpu = model.n_layer - sum(counts)
+    layout = Layout(n_layer=model.n_layer, devices=[p.device for p in capacity.placements], cpu=on_cpu > 0)
+    return layout, tuple(([on_cpu] if layout.cpu else []) + counts)
+
+
+def fits(cluster: Cluster, model, layout: Layout, split: tuple[int, ...]) -> bool:
+    """Whether every card holds its share (plan.place; a CPU device has no check, as in `plan`). The last
+    device must hold at least the output layer, which it always does."""
+    s = layout.settings(split)
+    placements, _ = plan.place(model, layout.devices, [float(x) for x in s["llama_tensor_split"]],
+                               plan.context_of(cluster.settings), s["llama_n_gpu_layers"])
+    got = [len(p.layers) for p in placements]
+    return got == list(split[1:] if layout.cpu else split) and all(p.fits or not p.device.vram_bytes for p in placements)
+
+
+@dataclass
+class Sample:
+    generation: float  # tokens/s: the mean of the short- and the long-prompt completion's generation
+    prompt: float  # tokens/s: the long prompt's processing
+
+    def value(self, objective: str) -> float:
+        if objective == "generation":
+            return self.generation
+        if objective == "prompt":
+            return self.prompt
+        return (self.generation * self.prompt) ** 0.5
+
+
+def sample(cluster: Cluster, n_predict: int = 32, long_repeats: int = 12) -> Sample:
+    """One measurement of the split being served: a warm-up, then llama-server's own timings."""
+    client.complete(cluster, "warm up", 4)
+    per_slot = cluster.settings["llama_ctx_size"] // cluster.settings["llama_parallel"]
+    per_repeat = max(1, len(client.post(cluster, "/tokenize", {"content": PROMPT})["tokens"]))
+    long_prompt = PROMPT * max(1, min(long_repeats, (per_slot - n_predict - 16) // per_repeat))
+    short = client.complete(cluster, "Once upon a time", n_predict, ignore_eos=True)["timings"]
+    long = client.complete(cluster, long_prompt, n_predict, ignore_eos=True)["timings"]
+    return Sample(generation=(short["predicted_per_second"] + long["predicted_per_second"]) / 2,
+                  prompt=long["prompt_per_second"])
+
+
+@dataclass
+class Server:
+    """llama-server on the coordinator, switched between splits by its launch script (as rendered by the deploy)."""
+    cluster: Cluster
+    inventory: Path
+    run: Callable  # deployment.ssh_runner's
+    layout: Layout
+    overrides: dict = field(default_factory=dict)  # --data, as the deploy had it
+    deployed_script: str = ""
+    image: str = ""
+    loaded: tuple[int, ...] | None = None
+    switch_seconds: list[float] = field(default_factory=list)
+
+    @property
+    def script_path(self) -> str:
+        return f"{self.cluster.settings['deploy_dir']}/llama-server.sh"
+
+    def ssh(self, command: str, input: str | None = None, timeout: float = 600) -> str:
+        result = self.run(self.cluster.coordinator.name, command, input=input, timeout=timeout)
+        if result.returncode != 0:
+            raise RuntimeError(f"{self.cluster.coordinator.name}: `{command}` failed: {result.stderr.strip()[-400:]}")
+        return result.stdout
+
+    def start(self, split: tuple[int, ...]) -> None:
+        """Remember what is deployed: the launch script and the image the running llama-server came from."""
+        self.deployed_script = self.ssh(f"cat {shlex.quote(self.script_path)}")
+        self.image = self.ssh("docker inspect --format '{{.Config.Image}}' llama-server").strip()
+        if not self.image:
+            raise RuntimeError("llama-server is not running on the coordinator: deploy first")
+        rendered = render.coordinator_files(offline_cluster(self.inventory, overrides=self.overrides),
+                                            self.image)[self.script_path]
+        if rendered != self.deployed_script:  # the split measured as the start must be the one running
+            raise RuntimeError(f"{self.cluster.coordinator.name}: {self.script_path} is not what {self.inventory} "
+                               "(with these --data) renders: expected the settings deployed; deploy first, or "
+                               "give tune the deploy's --data")
+        self.loaded = split
+
+    def script(self, split: tuple[int, ...]) -> str:
+        cluster = offline_cluster(self.inventory, overrides={**self.overrides, **self.layout.settings(split)})
+        return render.coordinator_files(cluster, self.image)[self.script_path]
+
+    def restart_with(self, text: str, bound: float) -> None:
+        path = shlex.quote(self.script_path)
+        self.ssh(f"cat > {path}.tune && chmod 755 {path}.tune && mv {path}.tune {path} && "
+                 f"systemctl restart {render.COORDINATOR_UNIT}", input=text)
+        if until_serving(self.cluster, bound, expect_down=False).seconds is None:
+            raise RuntimeError(f"llama-server did not serve within {bound:.0f} s of its restart")
+
+    def switch(self, split: tuple[int, ...]) -> None:
+        if split == self.loaded:
+            return
+        began = time.monotonic()
+        self.restart_with(self.script(split), self.cluster.settings["llama_health_timeout"])
+        self.loaded = split
+        self.switch_seconds.append(time.monotonic() - began)
+
+    def restore(self) -> None:
+        """The deployed launch script back, and llama-server restarted on it (when a candidate was loaded)."""
+        if self.deployed_script and self.ssh(f"cat {shlex.quote(self.script_path)}") != self.deployed_script:
+            self.restart_with(self.deployed_script, self.cluster.settings["llama_health_timeout"])
+
+
+@dataclass
+class Report:
+    layout: Layout
+    start: tuple[int, ...]
+    objective: str
+    result: tune_search.TuneResult | None = None
+    sweep: dict | None = None  # split -> values, for an exhaustive sweep
+    samples: list[dict] = field(default_factory=list)  # every measurement: split, generation, prompt, value
+    switch_seconds: list[float] = field(default_factory=list)
+
+    @property
+    def places(self) -> list[str]:
+        return self.layout.places
+
+    def by_split(self) -> dict[tuple[int, ...], list[float]]:
+        out: dict[tuple[int, ...], list[float]] = {}
+        for s in self.samples:
+            out.setdefault(tuple(s["split"]), []).append(s["value"])
+        return out
+
+    def table(self) -> str:
+        rows = [f"{'split (' + ', '.join(self.places) + ')':<48} {'runs':>4} {self.objective + ' tokens/s':>22} {'vs deployed':>11}"]
+        base = statistics.median(self.by_split().get(self.start, [0.0])) or None
+        for split, values in sorted(self.by_split().items(), key=lambda kv: -statistics.median(kv[1])):
+            m = statistics.median(values)
+            mark = " (deployed)" if split == self.start else ""
+            rows.append(f"{str(list(split)) + mark:<48} {len(values):>4} {m:>22.1f} "
+                        f"{(m / base if base else 0):>11.3f}")
+        if self.switch_seconds:
+            rows.append(f"a candidate's switch (llama-server restarted with it, serving again): median "
+                        f"{statistics.median(self.switch_seconds):.1f} s over {len(self.switch_seconds)}")
+        r = self.result
+        if r:
+            verdict = ("beyond the noise" if r.significant else "within the noise: nothing to change")
+            rows.append(f"best: {list(r.best)}, {r.gain:.3f}x the deployed split {list(r.start)} "
+                        f"(95% interval {r.interval[0]:.3f} to {r.interval[1]:.3f}): {verdict}")
+            rows.append(f"search: {len(r.measurements)} measurements; {r.reason}")
+        return "\n".join(rows)
+
+    def to_json(self) -> str:
+        r = self.result
+        return json.dumps({
+            "places": self.places, "start": list(self.start), "objective": self.objective,
+            "best": list(r.best) if r else None, "gain": r.gain if r else None,
+            "interval": list(r.interval) if r else None, "significant": r.significant if r else None,
+            "reason": r.reason if r else None, "samples": self.samples,
+            "switch_seconds": [round(s, 2) for s in self.switch_seconds]}, indent=1)
+
+    def plot(self, path: Path) -> None:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        by = sorted(self.by_split().items())
+        fig, ax = plt.subplots(figsize=(max(6.4, 0.5 * len(by)), 4.2), dpi=100)
+        for i, (split, values) in enumerate(by):
+            color = "tab:green" if self.result and split == self.result.best else (
+                "tab:orange" if split == self.start else "tab:blue")
+            ax.plot([i] * len(values), values, "o", color=color, alpha=0.6)
+            ax.plot([i - 0.3, i + 0.3], [statistics.median(values)] * 2, "-", color=color)
+        ax.set_xticks(range(len(by)), [",".join(map(str, s)) for s, _ in by], rotation=60, fontsize=8)
+        ax.set_xlabel("layers per place: " + ", ".join(self.places))
+        ax.set_ylabel(f"{self.objective} tokens/s")
+        ax.set_title("llama-rpc tune: deployed (orange), best (green)")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+
+
+def measurer(server: Server, report: Report, objective: str, log: Callable[[str], None]) -> Callable:
+    def measure(split: tuple[int, ...]) -> float:
+        server.switch(split)
+        s = sample(server.cluster)
+        value = s.value(objective)
+        report.samples.append({"split": list(split), "generation": round(s.generation, 2),
+                               "prompt": round(s.prompt, 2), "value": round(value, 2), "at": round(time.time(), 1)})
+        log(f"  {list(split)}: {objective} {value:.1f} tokens/s")
+        return value
+    return measure
+
+
+def run(inventory: Path, *, objective: str = "generation", budget: int = 30, repeats: int = 3, confirm: int = 5,
+        sweep: bool = False, model: Path | None = None, overrides: dict | None = None,
+        log: Callable[[str], None] = print) -> Report:
+    """Tune (or, with sweep, measure every split that fits, `repeats` rounds, each round in a new order) on the
+    deployed cluster (as the inventory, with overrides as the deploy's --data, says); the deployed split is back in
+    place when it returns or raises."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
+    overrides = overrides or {}
+    cluster = offline_cluster(inventory, overrides=overrides)
+    if cluster.router:
+        raise ValueError("tune measures one model's split: with llama_models (models on demand) set, expected "
+                         "llama_models empty while tuning (tune the model alone, then add the others)")
+    header = model_header(cluster, inventory, model)
+    layout, start = layout_of(cluster, header)
+    ok = lambda split: fits(cluster, header, layout, split)  # noqa: E731
+    report = Report(layout=layout, start=start, objective=objective)
+    if not cluster.settings.get("llama_front_hold_seconds"):
+        log("note: no front: the API is down while llama-server restarts with each candidate")
+    with ssh_runner(inventory) as ssh:
+        server = Server(cluster=cluster, inventory=inventory, run=ssh, layout=layout, overrides=overrides)
+        server.start(start)
+        measure = measurer(server, report, objective, log)
+        try:
+            if sweep:
+                candidates = tune_search.all_splits(sum(start), len(start), ok)
+                log(f"sweep: {len(candidates)} splits that fit, {repeats} rounds")
+                for r in range(repeats):
+                    for split in (candidates if r % 2 == 0 else candidates[::-1]):
+                        measure(split)
+                report.sweep = {",".join(map(str, k)): v for k, v in report.by_split().items()}
+            else:
+                log(f"tune: from the deployed split {list(start)} ({', '.join(layout.places)}), at most {budget} "
+                    f"measurements")
+                report.result = tune_search.search(start, ok, measure, budget=budget, repeats=repeats,
+                                                   confirm=confirm, log=log)
+        finally:
+            report.switch_seconds = server.switch_seconds
+            log("putting the deployed split back")
+            server.restore()
+    return report
+
+
+def apply(inventory: Path, report: Report) -> Path | None:
+    """Write the best split into the group_data file it belongs in (tune_apply), with what was measured and
+    when; None (nothing written) when the gain was within the noise."""
+    from . import tune_apply
+
+    r = report.result
+    if r is None or not r.significant or r.best == r.start:
+        return None
+    path = tune_apply.target_file(offline_cluster(inventory), inventory, KEYS)
+    comment = (f"{time.strftime('%Y-%m-%d')}, {report.objective} tokens/s {r.gain:.3f}x the split "
+               f"{list(r.start)} ({r.interval[0]:.3f} to {r.interval[1]:.3f}), layers per place: "
+               f"{', '.join(report.places)} = {list(r.best)}")
+    tune_apply.write_settings(path, report.layout.settings(r.best), comment)
+    return path
