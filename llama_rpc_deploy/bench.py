@@ -74,15 +74,19 @@ def sleeping(cluster: Cluster) -> bool:
     return bool(client.get(cluster, "/props").get("is_sleeping"))
 
 
+def long_prompt(cluster: Cluster, repeats: int, room: int) -> str:
+    """PROMPT repeated up to `repeats` times, as long as a slot holds with `room` tokens to spare: each slot gets
+    ctx / parallel cells, and a model whose vocabulary lacks the prompt's words (the lab's) spells them in bytes."""
+    per_slot = cluster.settings["llama_ctx_size"] // cluster.settings["llama_parallel"]
+    per_repeat = max(1, len(client.post(cluster, "/tokenize", {"content": PROMPT})["tokens"]))
+    return PROMPT * max(1, min(repeats, (per_slot - room) // per_repeat))
+
+
 def measure(cluster: Cluster, streams=(1, 2, 4), n_predict: int = 64, prompt_repeats: int = 24,
             runs: int = 3, sleep_wait: float = 300, ceiling: float | None = None) -> dict:
     client.complete(cluster, "warm up", 4)
-    # as long as a slot holds: each slot gets ctx / parallel cells, and a model whose vocabulary lacks the
-    # prompt's words (the lab's) spells them in bytes
-    per_slot = cluster.settings["llama_ctx_size"] // cluster.settings["llama_parallel"]
-    per_repeat = max(1, len(client.post(cluster, "/tokenize", {"content": PROMPT})["tokens"]))
-    long_prompt = PROMPT * max(1, min(prompt_repeats, (per_slot - 64) // per_repeat))
-    pp = [client.complete(cluster, long_prompt, 1)["timings"] for _ in range(runs)]
+    long = long_prompt(cluster, prompt_repeats, room=64)
+    pp = [client.complete(cluster, long, 1)["timings"] for _ in range(runs)]
     single = [client.complete(cluster, "Once upon a time", n_predict)["timings"] for _ in range(runs)]
     parallel = []
     for n in streams:

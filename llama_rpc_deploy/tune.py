@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import client, plan, render, tune_search
-from .bench import PROMPT, model_header
+from .bench import long_prompt, model_header
 from .cluster import Cluster
 from .deployment import offline_cluster, ssh_runner
 from .loadtest import until_serving
@@ -89,11 +89,9 @@ class Sample:
 def sample(cluster: Cluster, n_predict: int = 32, long_repeats: int = 12) -> Sample:
     """One measurement of the split being served: a warm-up, then llama-server's own timings."""
     client.complete(cluster, "warm up", 4)
-    per_slot = cluster.settings["llama_ctx_size"] // cluster.settings["llama_parallel"]
-    per_repeat = max(1, len(client.post(cluster, "/tokenize", {"content": PROMPT})["tokens"]))
-    long_prompt = PROMPT * max(1, min(long_repeats, (per_slot - n_predict - 16) // per_repeat))
     short = client.complete(cluster, "Once upon a time", n_predict, ignore_eos=True)["timings"]
-    long = client.complete(cluster, long_prompt, n_predict, ignore_eos=True)["timings"]
+    prompt = long_prompt(cluster, long_repeats, room=n_predict + 16)
+    long = client.complete(cluster, prompt, n_predict, ignore_eos=True)["timings"]
     return Sample(generation=(short["predicted_per_second"] + long["predicted_per_second"]) / 2,
                   prompt=long["prompt_per_second"])
 

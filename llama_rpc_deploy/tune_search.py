@@ -194,10 +194,18 @@ def _check(start: Split, fits: Callable[[Split], bool], budget: int, repeats: in
         raise ValueError(f"start {list(start)}: does not fit, so it cannot be measured")
 
 
-def _odd(record: _Recorder, repeats: int) -> bool:
-    """Whether the next comparison is an odd one (the candidate measured first): every comparison, the corners'
-    and the pattern search's, takes 2 * repeats measurements, so the count so far says which one is next."""
-    return len(record.measurements) // (2 * repeats) % 2 == 1
+def _wins(record: _Recorder, current: Split, candidate: Split, repeats: int, min_gain: float,
+          log: Callable[[str], None], won: str) -> bool:
+    """One comparison, logged (`won` says what a win means): whether candidate is faster than current beyond the
+    noise. The candidate is measured first in every odd comparison: each one, the corners' and the pattern
+    search's, takes 2 * repeats measurements, so the count so far says which one this is."""
+    candidate_first = len(record.measurements) // (2 * repeats) % 2 == 1
+    ours, theirs = _compare(record, current, candidate, repeats, candidate_first=candidate_first)
+    ratio, low, high = ratio_interval(ours, theirs)
+    faster = _beyond_noise(low, ratio, min_gain)
+    log(f"{list(candidate)} vs {list(current)}: {ratio:.3f}x ({low:.3f} to {high:.3f}): "
+        + (won if faster else "not faster beyond the noise"))
+    return faster
 
 
 def _jump(start: Split, fits: Callable[[Split], bool], record: _Recorder, *, spendable: int, repeats: int,
@@ -208,12 +216,7 @@ def _jump(start: Split, fits: Callable[[Split], bool], record: _Recorder, *, spe
     for corner in corners(start, fits, minimum):
         if len(record.measurements) + 2 * repeats > spendable:
             break
-        ours, theirs = _compare(record, current, corner, repeats, candidate_first=_odd(record, repeats))
-        ratio, low, high = ratio_interval(ours, theirs)
-        won = _beyond_noise(low, ratio, min_gain)
-        log(f"{list(corner)} vs {list(current)}: {ratio:.3f}x ({low:.3f} to {high:.3f}): "
-            + ("faster, searching from there" if won else "not faster beyond the noise"))
-        if won:
+        if _wins(record, current, corner, repeats, min_gain, log, "faster, searching from there"):
             current = corner
     return current
 
@@ -235,11 +238,7 @@ def _descend(start: Split, fits: Callable[[Split], bool], record: _Recorder, *, 
             if len(record.measurements) + 2 * repeats > spendable:
                 return current, (f"budget spent: {len(record.measurements)} measurements searched, "
                                  f"too few left for another comparison")
-            ours, theirs = _compare(record, current, candidate, repeats, candidate_first=_odd(record, repeats))
-            ratio, low, high = ratio_interval(ours, theirs)
-            moved = _beyond_noise(low, ratio, min_gain)
-            log(f"{list(candidate)} vs {list(current)}: {ratio:.3f}x ({low:.3f} to {high:.3f}): "
-                + ("faster, moving there" if moved else "not faster beyond the noise"))
+            moved = _wins(record, current, candidate, repeats, min_gain, log, "faster, moving there")
             if moved:
                 current = candidate
                 visited.add(current)
