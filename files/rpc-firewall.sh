@@ -29,6 +29,15 @@ apply() {  # apply IPTABLES ALLOWED-SOURCE...
   } | "$ipt-restore" --wait --noflush
   "$ipt" --wait -C INPUT -p tcp --dport "$RPC_PORT" -j "$CHAIN" 2>/dev/null \
     || "$ipt" --wait -I INPUT 1 -p tcp --dport "$RPC_PORT" -j "$CHAIN"
+  # a jump to our chain for another port goes, once the new one is in (the port changed: rpc_port, or the
+  # tunnel's port once rpc-server moved to loopback, where a stale jump would reset the tunnel's own connections)
+  "$ipt" --wait -S INPUT | while read -r rule; do
+    # shellcheck disable=SC2086  # the rule's words, as iptables -S printed them (no globbing: set -f)
+    case "$rule" in
+      *" --dport $RPC_PORT "*) ;;
+      "-A INPUT "*" -j $CHAIN") "$ipt" --wait -D ${rule#-A } ;;
+    esac
+  done
 }
 
 # shellcheck disable=SC2086  # one argument per source: split on spaces on purpose

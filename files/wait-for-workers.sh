@@ -7,6 +7,10 @@
 # Settings: the shell assignments in the file LLAMA_RPC_ENV, by default this script's path with .env for .sh
 # (/opt/llama-rpc/wait-for-workers.env), written by llama-rpc-deploy:
 #   RPC_ENDPOINTS     the workers' rpc-servers, HOST:PORT, separated by spaces
+#   RPC_REMOTES       for each endpoint, in the same order: where its tunnel leads (HOST:PORT of the worker's
+#                     TLS end), or - for an rpc-server reached directly. A tunnel's end on this host accepts
+#                     at once and closes while its worker is away: for it, no answer to HELLO means "not yet".
+#                     (Optional: all direct when unset.)
 #   RPC_WAIT_TIMEOUT  seconds to wait for all of them together
 #   IMAGE             this llama-server's image: `docker run IMAGE rpc-protocol` prints its RPC protocol version
 #   RETRY_DELAY       seconds between two tries (default 1)
@@ -16,6 +20,7 @@ set -u  # a setting missing from the env file stops the script instead of readin
 : "${RPC_ENDPOINTS:?}" "${RPC_WAIT_TIMEOUT:?}" "${IMAGE:?}"  # required; ${X:?} names the one missing
 RETRY_DELAY=${RETRY_DELAY:-1}
 read -ra endpoints <<< "$RPC_ENDPOINTS"  # no pathname expansion: "[fd00::1]:50052" is a glob
+read -ra remotes <<< "${RPC_REMOTES:-}"
 
 deadline=$((SECONDS + RPC_WAIT_TIMEOUT))
 want=$(docker run --rm --network none "$IMAGE" rpc-protocol) || exit 1
@@ -29,19 +34,31 @@ hello() {  # hello HOST PORT: the version rpc-server reports in the RPC HELLO ha
   exec 3<&-
 }
 
-for endpoint in "${endpoints[@]}"; do
+for i in "${!endpoints[@]}"; do
+  endpoint=${endpoints[i]} remote=${remotes[i]:--}
   host=${endpoint%:*} port=${endpoint##*:}
-  until timeout 2 bash -c ">/dev/tcp/$host/$port" 2>/dev/null; do
-    if (( SECONDS >= deadline )); then
-      echo "rpc-server at $endpoint did not answer within $RPC_WAIT_TIMEOUT s: is rpc-server.service running on that worker?" >&2
-      exit 1
-    fi
-    sleep "$RETRY_DELAY"
-  done
-  for _ in 1 2 3; do  # an rpc-server that is just (re)starting may refuse a moment
-    have=$(hello "$host" "$port") && [ -n "$have" ] && break
-    sleep "$RETRY_DELAY"
-  done
+  if [ "$remote" = - ]; then
+    until timeout 2 bash -c ">/dev/tcp/$host/$port" 2>/dev/null; do
+      if (( SECONDS >= deadline )); then
+        echo "rpc-server at $endpoint did not answer within $RPC_WAIT_TIMEOUT s: is rpc-server.service running on that worker?" >&2
+        exit 1
+      fi
+      sleep "$RETRY_DELAY"
+    done
+    for _ in 1 2 3; do  # an rpc-server that is just (re)starting may refuse a moment
+      have=$(hello "$host" "$port") && [ -n "$have" ] && break
+      sleep "$RETRY_DELAY"
+    done
+  else
+    until have=$(hello "$host" "$port" 2>/dev/null) && [ -n "$have" ]; do
+      if (( SECONDS >= deadline )); then
+        echo "rpc-server at $endpoint (the tunnel to $remote) did not answer within $RPC_WAIT_TIMEOUT s: is" \
+             "rpc-server.service running on that worker, and llama-rpc-tunnel.service on both ends?" >&2
+        exit 1
+      fi
+      sleep "$RETRY_DELAY"
+    done
+  fi
   if [ "$have" != "$want" ]; then
     echo "rpc-server at $endpoint speaks RPC protocol ${have:-(no answer to HELLO: an older llama.cpp?)}, this llama-server $want:" \
          "every host must run the same image ($IMAGE): deploy again" >&2

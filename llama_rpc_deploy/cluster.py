@@ -26,6 +26,7 @@ class HostPlan:
     gpus: tuple[Gpu, ...]
     origins: dict  # setting -> where its value came from, for error messages
     ssh_port: int = 22  # the inventory's ssh_port: how the control machine (and the image transfer) reach it
+    tunnel_end: int | None = None  # a tunnelled worker: its tunnel's port on the coordinator's loopback
 
     @property
     def address(self) -> str:
@@ -33,8 +34,31 @@ class HostPlan:
         return self.settings["address"] or self.name
 
     @property
+    def tunnelled(self) -> bool:
+        """rpc_transport = 'tunnel': rpc-server on loopback, reached through stunnel (tunnel.py)."""
+        return self.settings.get("rpc_transport") == "tunnel"
+
+    @property
+    def rpc_bind(self) -> str:
+        """Where rpc-server listens: the worker's loopback behind a tunnel, rpc_host (or its address) otherwise."""
+        return "127.0.0.1" if self.tunnelled else self.settings["rpc_host"] or self.address
+
+    @property
+    def rpc_remote(self) -> str:
+        """What the coordinator connects to over the network: the tunnel's TLS end, or rpc-server itself."""
+        port = self.settings["rpc_tunnel_port"] if self.tunnelled else self.settings["rpc_port"]
+        return f"{self.settings['rpc_host'] or self.address}:{port}"
+
+    @property
+    def exposed_port(self) -> int:
+        """The port the worker opens to the network (and its firewall rule guards)."""
+        return self.settings["rpc_tunnel_port"] if self.tunnelled else self.settings["rpc_port"]
+
+    @property
     def rpc_endpoint(self) -> str:
-        return f"{self.settings['rpc_host'] or self.address}:{self.settings['rpc_port']}"
+        """The worker as llama-server's --rpc names it (and llama.cpp's load report): the coordinator's end of
+        its tunnel, or rpc-server's address."""
+        return f"127.0.0.1:{self.tunnel_end}" if self.tunnelled else self.rpc_remote
 
     @property
     def device_count(self) -> int:
@@ -59,6 +83,11 @@ class Cluster:
     @property
     def rpc_endpoints(self) -> list[str]:
         return [w.rpc_endpoint for w in self.workers]
+
+    @property
+    def tunnelled(self) -> list[HostPlan]:
+        """The workers reached through a tunnel (rpc_transport = 'tunnel')."""
+        return [w for w in self.workers if w.tunnelled]
 
     @property
     def devices(self) -> list[str]:

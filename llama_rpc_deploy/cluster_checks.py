@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from dataclasses import replace
 
 from .cluster import Cluster, HostPlan, allowed_clients, api_key, cuda_architectures, is_wide
+from . import paths, tunnel
 from .settings import PLACEHOLDER, PORT, QUANTIZED_CACHE_TYPES, SettingsError, is_host_name
 
 # The first CUDA release that can build for a compute capability (newer cards need newer CUDA).
@@ -92,7 +94,7 @@ def context_per_slot(cluster: Cluster, inventory_file: str) -> None:
 
 
 def distinct_rpc_endpoints(cluster: Cluster, inventory_file: str) -> None:
-    endpoints = cluster.rpc_endpoints
+    endpoints = [w.rpc_remote for w in cluster.workers]
     dup = sorted({e for e in endpoints if endpoints.count(e) > 1})
     if dup:
         raise SettingsError(f"{inventory_file}: rpc endpoint {', '.join(dup)} is used by two workers: "
@@ -230,6 +232,42 @@ def served_models_apart(cluster: Cluster, inventory_file: str) -> None:
                             "under two names: expected each file once")
 
 
+def one_transport(cluster: Cluster, inventory_file: str) -> None:
+    """Every worker reached the same way: the deploy's operations are the same on every worker."""
+    kinds = {w.settings["rpc_transport"] for w in cluster.workers}
+    if len(kinds) > 1:
+        w = next(w for w in cluster.workers if w.settings["rpc_transport"] != cluster.workers[0].settings["rpc_transport"])
+        raise SettingsError(f"{w.origins['rpc_transport']}: rpc_transport = {w.settings['rpc_transport']!r} on {w.name}, "
+                            f"{cluster.workers[0].settings['rpc_transport']!r} on {cluster.workers[0].name}: expected one "
+                            "rpc_transport for every worker (set it in group_data/workers.yml)")
+
+
+def tunnel_ports_apart(cluster: Cluster, inventory_file: str) -> None:
+    """A tunnelled worker's TLS port is neither rpc-server's nor sshd's; the tunnels' ends on the coordinator
+    are none of the coordinator's own ports."""
+    for w in cluster.tunnelled:
+        port = w.settings["rpc_tunnel_port"]
+        if port in (w.settings["rpc_port"], w.ssh_port, w.settings["transfer_ssh_port"]):
+            raise SettingsError(f"{w.origins['rpc_tunnel_port']}: rpc_tunnel_port = {port} on {w.name} is its "
+                                f"{'rpc_port' if port == w.settings['rpc_port'] else 'SSH port'}: expected another port")
+    c = cluster.coordinator
+    own = {c.settings["llama_port"]: "llama_port", c.settings["llama_server_port"]: "llama_server_port", c.ssh_port: "ssh_port"}
+    for w in cluster.tunnelled:
+        if w.tunnel_end > 65535 or w.tunnel_end in own:
+            clash = own.get(w.tunnel_end, "above 65535")
+            raise SettingsError(f"{c.origins['rpc_tunnel_local_port']}: rpc_tunnel_local_port = "
+                                f"{c.settings['rpc_tunnel_local_port']} puts {w.name}'s tunnel end on the coordinator at "
+                                f"port {w.tunnel_end} ({clash}): expected ports free of the coordinator's own")
+
+
+def tunnel_keys_private(cluster: Cluster, inventory_file: str) -> None:
+    """The tunnel's keys and certificates on this machine are readable by their owner alone."""
+    if cluster.tunnelled:
+        generation = cluster.settings["rpc_tunnel_key_generation"]
+        tunnel.check_modes(tunnel.folder(paths.STATE, generation), cluster.coordinator.origins["rpc_tunnel_key_generation"]
+                           + f" (rpc_tunnel_key_generation = {generation})")
+
+
 # the checks of the settings a model of llama_models may set for itself, run once per model
 MODEL_CHECKS = (context_per_slot, model_path_is_set, model_path_is_gguf, same_quantized_kv_types, quantized_v_has_flash_attention,
                 one_share_per_device)
@@ -238,7 +276,8 @@ CHECKS = (hosts_are_addresses, rpc_servers_bind_ipv4, workers_apart_from_the_coo
           distinct_rpc_endpoints, model_path_is_set, model_path_is_gguf, no_example_addresses, same_quantized_kv_types,
           quantized_v_has_flash_attention, rpc_port_apart_from_llama_port, server_port_apart_from_the_api,
           one_share_per_device,
-          cuda_can_build_every_gpu, firewall_admits_addresses, api_key_file_is_usable, served_models_apart)
+          cuda_can_build_every_gpu, firewall_admits_addresses, api_key_file_is_usable, served_models_apart,
+          one_transport, tunnel_ports_apart, tunnel_keys_private)
 
 
 # What only a deploy needs: plan is arithmetic, and plans an unedited checkout (--model names the file).
@@ -250,6 +289,8 @@ def build(coordinators: list[HostPlan], workers: list[HostPlan], inventory_file:
     """The Cluster, after every check in CHECKS (each raises SettingsError); for a plan (deploying=False),
     less DEPLOY_ONLY's."""
     check_inventory_shape([h.name for h in coordinators], [h.name for h in workers], inventory_file)
+    first = coordinators[0].settings["rpc_tunnel_local_port"]  # each tunnelled worker's end on the coordinator
+    workers = [replace(w, tunnel_end=first + i) if w.tunnelled else w for i, w in enumerate(workers)]
     cluster = Cluster(coordinator=coordinators[0], workers=tuple(workers))
     skip = () if deploying else DEPLOY_ONLY
     for check in CHECKS:

@@ -16,14 +16,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import cluster as cluster_
-from . import image
+from . import image, tunnel
 from .cluster import Cluster
 from .cluster_checks import build, check_inventory_shape
 from .settings import COORDINATOR, ROLES, WORKERS, SettingsError, layers
 from .source import Source, resolve_source
 
-from .paths import PROJECT
-STATE = PROJECT / ".state"  # on the control machine: packed sources, the image-transfer key
+from .paths import PROJECT, STATE
 
 
 @dataclass(frozen=True)
@@ -32,6 +31,7 @@ class Deployment:
     source: Source
     image: str  # name:tag, the same on every host
     transfer_key: Path | None  # private key the coordinator uses to send the image to the workers
+    tunnel: Path | None = None  # the RPC tunnel's CA, keys and certificates on this machine (tunnel.py)
 
     def with_split(self, split: list, model: str | None = None) -> Deployment:
         """The same deployment with llama_tensor_split = the planner's split (for llama_tensor_split = 'auto'),
@@ -97,7 +97,18 @@ def from_cluster(cluster: Cluster, with_key: bool = True) -> Deployment:
     source = resolve_source(s["llama_cpp_source"], s["llama_cpp_ref"], STATE / "sources", s["llama_cpp_url"],
                             s["llama_cpp_sha256"], STATE / "sources.lock", chat_page=f"b{s['llama_cpp_build_number']}")
     return Deployment(cluster=cluster, source=source, image=image.tag(cluster, source),
-                      transfer_key=transfer_key() if with_key else None)
+                      transfer_key=transfer_key() if with_key else None,
+                      tunnel=tunnel_keys(cluster) if with_key else None)
+
+
+def tunnel_keys(cluster: Cluster, state_dir: Path = STATE) -> Path | None:
+    """The RPC tunnel's keys for every host that needs them (tunnel.ensure), when a worker is tunnelled."""
+    if not cluster.tunnelled:
+        return None
+    generation = cluster.settings["rpc_tunnel_key_generation"]
+    return tunnel.ensure(state_dir, generation, [cluster.coordinator.name] + [w.name for w in cluster.tunnelled],
+                         cluster.coordinator.origins["rpc_tunnel_key_generation"]
+                         + f" (rpc_tunnel_key_generation = {generation})")
 
 
 # --- the same Inventory outside a pyinfra run: for config.py's preflight, the commands, the testinfra suite ---

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parent.parent  # the checkout (deploy.py, inventory.py, group_data/)
+STATE = PROJECT / ".state"  # on the control machine: packed sources, the image-transfer key, the tunnel's keys
 
 
 def shipped(name: str) -> Path:

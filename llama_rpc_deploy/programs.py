@@ -62,9 +62,12 @@ def env_file(**values) -> str:
     return "".join(lines)
 
 
-def wait_for_workers_env(*, endpoints: Sequence[str], timeout: int, image: str) -> str:
-    """wait-for-workers.sh: the workers' HOST:PORT, the seconds to wait for all of them, llama-server's image."""
-    return env_file(RPC_ENDPOINTS=_words("endpoints", endpoints), RPC_WAIT_TIMEOUT=timeout, IMAGE=image)
+def wait_for_workers_env(*, endpoints: Sequence[str], timeout: int, image: str,
+                         remotes: Sequence[str] | None = None) -> str:
+    """wait-for-workers.sh: the workers' HOST:PORT, the seconds to wait for all of them, llama-server's image;
+    with remotes, where each endpoint's tunnel leads ('-' for an rpc-server reached directly)."""
+    tunnels = {} if remotes is None else {"RPC_REMOTES": _words("remotes", remotes)}
+    return env_file(RPC_ENDPOINTS=_words("endpoints", endpoints), RPC_WAIT_TIMEOUT=timeout, IMAGE=image, **tunnels)
 
 
 def llama_server_watchdog_env(*, endpoints: Sequence[str], interval: int, retransmissions: int, grace: int,

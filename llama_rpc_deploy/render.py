@@ -17,7 +17,7 @@ from pathlib import PurePosixPath
 
 import jinja2
 
-from . import programs, quoting
+from . import programs, quoting, tunnel
 from .cluster import SERVICE_USER, Cluster, HostPlan, allowed_clients
 from .settings import COORDINATOR, WORKERS
 
@@ -33,6 +33,11 @@ FRONT_RETRIES = 3  # replays of one request (each held while llama-server is dow
 # crashes llama-server itself would crash it once a replay
 FRONT_IO_TIMEOUT = 600  # seconds of silence from either side of a request (llama-server's own --timeout)
 FIREWALL_UNIT = "llama-rpc-firewall.service"
+TUNNEL_UNIT = "llama-rpc-tunnel.service"  # stunnel: the worker's TLS end, or the coordinator's ends (one per worker)
+TUNNEL_CONFIG = "rpc-tunnel.conf"  # in deploy_dir
+STUNNEL = "/usr/bin/stunnel4"  # Debian's stunnel4 package
+TUNNEL_PACKAGES = ("stunnel4",)
+TUNNEL_IDLE_SECONDS = 10 * 365 * 86400  # stunnel's TIMEOUTidle (its default, 12 h, would cut an idle llama-server)
 WATCHDOG_UNIT = "llama-server-watchdog.service"
 WORKER_WATCHDOG_UNIT = "rpc-server-watchdog.service"
 CACHE_PRUNE_UNIT, CACHE_PRUNE_TIMER = "rpc-cache-prune.service", "rpc-cache-prune.timer"
@@ -163,7 +168,7 @@ def llama_server_args(cluster: Cluster, api_key: bool) -> list[str]:
 def rpc_server_args(worker: HostPlan) -> list[str]:
     s = worker.settings
     return [
-        line("--host", s["rpc_host"] or worker.address),
+        line("--host", worker.rpc_bind),
         line("--port", s["rpc_port"]),
         *([line("--cache")] if s["rpc_cache"] else []),
         *([line("--threads", s["rpc_threads"])] if s["rpc_threads"] else []),
@@ -183,12 +188,15 @@ def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, st
     """Path on the worker -> content, for one worker."""
     s = worker.settings
     firewall = s["rpc_firewall"]
-    guard = (f"rpc-firewall.sh admits only {', '.join(allowed_clients(cluster, worker))}" if firewall
-             else "rpc_firewall is off: firewall the port yourself")
+    if worker.tunnelled:
+        guard = f"only the tunnel ({TUNNEL_UNIT}, mutual TLS on port {s['rpc_tunnel_port']}) reaches it"
+    else:
+        guard = (f"rpc-firewall.sh admits only {', '.join(allowed_clients(cluster, worker))}" if firewall
+                 else "rpc_firewall is off: firewall the port yourself")
     return {
         f"{s['deploy_dir']}/rpc-server.sh": _render(
             "rpc-server.sh.j2", host_name=worker.name, device=("GPUs" if worker.gpus else "CPU"),
-            bind_host=s["rpc_host"] or worker.address, guard=guard, image=quoting.shell(image),
+            bind_host=worker.rpc_bind, guard=guard, image=quoting.shell(image),
             docker_options=container_options("rpc-server", bool(worker.gpus),
                                               [(s["rpc_cache_dir"], "/cache", False)], WORKERS),
             rpc_server_args=rpc_server_args(worker)),
@@ -200,7 +208,8 @@ def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, st
 
 
 def firewall_files(cluster: Cluster, worker: HostPlan) -> dict[str, str]:
-    """Path on the worker -> content: the rule that admits rpc_port only from the coordinator, and its unit."""
+    """Path on the worker -> content: the rule that admits the port it opens to the network (the tunnel's, or
+    rpc_port) only from the coordinator, and its unit."""
     s = worker.settings
     if not s["rpc_firewall"]:
         return {}
@@ -209,9 +218,35 @@ def firewall_files(cluster: Cluster, worker: HostPlan) -> dict[str, str]:
     ipv6 = [c for c in clients if ipaddress.ip_network(c, strict=False).version == 6]
     return {
         **_program(s["deploy_dir"], "rpc-firewall.sh",
-                   programs.firewall_env(port=s["rpc_port"], chain=FIREWALL_CHAIN, ipv4=ipv4, ipv6=ipv6)),
+                   programs.firewall_env(port=worker.exposed_port, chain=FIREWALL_CHAIN, ipv4=ipv4, ipv6=ipv6)),
         f"{UNIT_DIR}/{FIREWALL_UNIT}": _render("rpc-firewall.service.j2", deploy_dir=s["deploy_dir"],
                                                worker_unit=WORKER_UNIT),
+    }
+
+
+def tunnel_files(cluster: Cluster, me: HostPlan) -> dict[str, str]:
+    """Path on the host -> content: stunnel's configuration and unit. On a tunnelled worker, the TLS end on
+    rpc_tunnel_port that admits the coordinator's certificate alone and leads to rpc-server on loopback; on the
+    coordinator, one end per tunnelled worker on 127.0.0.1 (llama-server's --rpc). {} where nothing is tunnelled."""
+    s = me.settings
+    if me.name == cluster.coordinator.name:
+        services = [dict(name=w.name, client=True, accept=w.rpc_endpoint, connect=w.rpc_remote,
+                         peer=tunnel.tunnel_name(w.name)) for w in cluster.tunnelled]
+        what = f"llama-server's ends of the tunnels to {', '.join(w.name for w in cluster.tunnelled)}"
+        before = COORDINATOR_UNIT
+    elif me.tunnelled:
+        services = [dict(name="rpc-server", client=False, accept=me.rpc_remote,
+                         connect=f"127.0.0.1:{s['rpc_port']}", peer=tunnel.tunnel_name(cluster.coordinator.name))]
+        what = f"the coordinator's way in to rpc-server (port {s['rpc_tunnel_port']} to 127.0.0.1:{s['rpc_port']})"
+        before = ""
+    else:
+        return {}
+    config = f"{s['deploy_dir']}/{TUNNEL_CONFIG}"
+    return {
+        config: _render("rpc-tunnel.conf.j2", host_name=me.name, what=what, tunnel_dir=tunnel.TUNNEL_DIR,
+                        idle_seconds=TUNNEL_IDLE_SECONDS, services=services),
+        f"{UNIT_DIR}/{TUNNEL_UNIT}": _render("llama-rpc-tunnel.service.j2", what=what, before=before,
+                                             user=SERVICE_USER, stunnel=STUNNEL, config=config),
     }
 
 
@@ -236,10 +271,12 @@ def coordinator_files(cluster: Cluster, image: str) -> dict[str, str]:
             llama_server_args=llama_server_args(cluster, bool(s["llama_api_key_file"]))),
         **_program(s["deploy_dir"], "wait-for-workers.sh",
                    programs.wait_for_workers_env(endpoints=cluster.rpc_endpoints, timeout=s["rpc_wait_timeout"],
-                                                 image=image)),
+                                                 image=image, remotes=[w.rpc_remote if w.tunnelled else "-"
+                                                                       for w in cluster.workers]
+                                                 if cluster.tunnelled else None)),
         f"{UNIT_DIR}/{COORDINATOR_UNIT}": _render(
             "llama-server.service.j2", deploy_dir=s["deploy_dir"], start_timeout=s["rpc_wait_timeout"] + 30,
-            stop_timeout=s["llama_front_drain_seconds"] + 60),
+            stop_timeout=s["llama_front_drain_seconds"] + 60, tunnel=TUNNEL_UNIT if cluster.tunnelled else ""),
     }
 
 
@@ -308,7 +345,10 @@ def watchdog_files(cluster: Cluster) -> dict[str, str]:
     s = cluster.settings
     return {
         **_program(s["deploy_dir"], "llama-server-watchdog.sh",
-                   programs.llama_server_watchdog_env(endpoints=cluster.rpc_endpoints, interval=WATCHDOG_INTERVAL,
+                   # through a tunnel, llama-server's connection ends on the coordinator: a worker that closed
+                   # shows there (the tunnel closes it too), a network that dropped on stunnel's connection out
+                   programs.llama_server_watchdog_env(endpoints=cluster.rpc_endpoints + [w.rpc_remote for w in cluster.tunnelled],
+                                                      interval=WATCHDOG_INTERVAL,
                                                       retransmissions=WATCHDOG_RETRANSMISSIONS,
                                                       grace=3 * WATCHDOG_INTERVAL, server_unit=COORDINATOR_UNIT,
                                                       no_drain_flag=NO_DRAIN_FLAG)),

@@ -21,6 +21,8 @@ class Run:
     replaced: dict[str, list[str]] = field(default_factory=dict)
     # worker name -> its rpc-server's restart-or-ensure operations (phases/services.Started)
     worker_services: dict[str, object] = field(default_factory=dict)
+    # host name -> its RPC tunnel's restart-or-ensure operations: a restart cuts llama-server's connections
+    tunnel_services: dict[str, object] = field(default_factory=dict)
     health_check: object | None = None  # the coordinator's wait for /health; failed: every host rolls back
     coordinator_service: object | None = None  # llama-server's Started (phases/services)
     front_drain: object | None = None  # the front's drain before servers restart (phases/services)
@@ -47,13 +49,13 @@ class Run:
         self.replaced.setdefault(host, []).append(path)
 
     def workers_restarted(self) -> bool:
-        """Whether this run (re)started any worker's rpc-server (asked when an operation runs)."""
-        return any(op.did_change() for op in self.worker_services.values())
+        """Whether this run (re)started any worker's rpc-server, or an RPC tunnel (asked when an operation runs)."""
+        return any(op.did_change() for op in [*self.worker_services.values(), *self.tunnel_services.values()])
 
     def restart_planned(self) -> bool:
         """Whether new files restart any rpc-server or llama-server in this run (asked when an operation
         runs: every host's operations exist by then)."""
-        services = [*self.worker_services.values(), self.coordinator_service]
+        services = [*self.worker_services.values(), *self.tunnel_services.values(), self.coordinator_service]
         return any(started is not None and started.planned for started in services)
 
     def health_failed(self) -> bool:

@@ -269,11 +269,23 @@ SETTINGS: tuple[Setting, ...] = (
       "Extra llama-server arguments, one list item per word. Speculative decoding / MTP stays off "
       "unless added here: over RPC it measured slower.", "server"),
     S("llama_health_timeout", 900, _int(10, 86400), "Seconds the deploy waits for llama-server's /health after a (re)start.", "server"),
+    S("rpc_tunnel_local_port", 50100, _int(1, 65000),
+      "The coordinator's end of the first tunnelled worker's tunnel, on 127.0.0.1 (llama-server's --rpc); "
+      "the next workers get the next ports, in inventory order.", "server"),
+    S("rpc_tunnel_key_generation", 1, _int(1, 1000000),
+      "Raise it by one to rotate the tunnel's keys: a new CA, key and certificate for every host "
+      "(.state/tunnel/GENERATION on this machine), installed by the next deploy.", "server"),
     S("rpc_wait_timeout", 120, _int(1, 86400), "Seconds llama-server's unit waits for every worker's RPC port before it starts.", "server"),
     # --- rpc-server (workers) ---
     S("rpc_host", None, _optional(ADDRESS),
       "Address rpc-server binds to. None: the worker's address. Never expose it on an open network.", "rpc"),
-    S("rpc_port", 50052, PORT, "rpc-server's TCP port.", "rpc"),
+    S("rpc_port", 50052, PORT, "rpc-server's TCP port (on the worker's loopback when rpc_transport is 'tunnel').", "rpc"),
+    S("rpc_transport", "tunnel", _one_of("tunnel", "plain"),
+      "'tunnel': rpc-server listens on the worker's loopback only, and the coordinator reaches it through "
+      "stunnel, mutual TLS 1.3 with certificates of the deploy's own CA: only the coordinator can speak RPC. "
+      "'plain': rpc-server on rpc_host, guarded by the firewall rule alone (any device that takes the "
+      "coordinator's address gets in); the deploy warns each run.", "rpc"),
+    S("rpc_tunnel_port", 50053, PORT, "The tunnel's TLS port on the worker (rpc_transport 'tunnel'), on rpc_host.", "rpc"),
     S("rpc_firewall", True, BOOL,
       "A host firewall rule (iptables, its own chain) that admits rpc_port only from rpc_allow_from; kept "
       "across reboots by a systemd unit. False only if you firewall the port yourself.", "rpc"),

@@ -13,6 +13,7 @@ command -v curl >/dev/null || need+=(curl)
 command -v shellcheck >/dev/null || need+=(shellcheck)  # the unit tests check every rendered script
 [ -x /usr/sbin/haproxy ] || need+=(haproxy)  # tests/front run the front (HAProxy) as the coordinator does
 command -v socat >/dev/null || need+=(socat)  # ... and reach its admin socket as front-drain.sh does
+command -v stunnel4 >/dev/null || need+=(stunnel4)  # tests/unit/test_tunnel.py runs the RPC tunnel as the hosts do
 command -v npm >/dev/null || need+=(nodejs npm)  # builds llama-server's chat page once (llama_rpc_deploy/webui.py)
 command -v chromium >/dev/null || need+=(chromium)  # the chat page test runs a real browser, headless
 command -v chromedriver >/dev/null || need+=(chromium-driver)

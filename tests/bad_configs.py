@@ -92,7 +92,7 @@ CASES = [
         ("{inv}: group coordinator has 2 hosts: expected exactly one",)),
     Bad("host-in-both-groups", "workers = workers + [coordinator[0]]", ("is listed twice (coordinator and workers",)),
     Bad("same-rpc-endpoint", 'workers = [(n, {**d, "rpc_host": "10.99.0.1"}) for n, d in workers]',
-        ("{inv}: rpc endpoint 10.99.0.1:50052 is used by two workers",)),
+        ("{inv}: rpc endpoint 10.99.0.1:50053 is used by two workers",)),
     Bad("example-addresses", 'coordinator = [("192.0.2.10", coordinator[0][1])]',
         ("{inv}: 192.0.2.10: example addresses (RFC 5737",)),
     # --- values that would reach a shell, a unit or docker: addresses ---

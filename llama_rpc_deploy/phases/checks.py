@@ -38,11 +38,21 @@ def host_is_ready(run: Run) -> None:
     # the ports and what may hold them: ours, or (llama_port, on an upgrade from before the front) llama-server
     ports = ({"llama_port": ("the front", {"haproxy", "llama-server"}), "llama_server_port": ("llama-server", {"llama-server"})}
              if role == COORDINATOR else {"rpc_port": ("rpc-server", {"rpc-server"})})
-    for key, (ours, names) in ports.items():
-        listener = host.get_fact(facts.TcpListener, port=s[key])
+    ports = [(key, s[key], ours, names) for key, (ours, names) in ports.items()]
+    tunnels = cluster.tunnelled if role == COORDINATOR else [me] if me.tunnelled else []
+    if tunnels:
+        tunnel_is_possible(tunnels[0].origins["rpc_transport"])
+        ports += ([("rpc_tunnel_local_port", w.tunnel_end, f"the tunnel to {w.name}", {"stunnel4"}) for w in tunnels]
+                  if role == COORDINATOR else [("rpc_tunnel_port", s["rpc_tunnel_port"], "the tunnel", {"stunnel4"})])
+    for key, port, ours, names in ports:
+        listener = host.get_fact(facts.TcpListener, port=port)
         if listener is not None and listener not in names:
-            raise DeployError(f"{host.name}: port {s[key]} is taken by {listener or 'another process'}: "
+            raise DeployError(f"{host.name}: port {port} is taken by {listener or 'another process'}: "
                               f"expected it free for {ours} (change {key})")
+    if role == WORKERS and not me.tunnelled:
+        logger.warning(f"{host.name}: rpc_transport: plain: rpc-server at {me.rpc_remote} has no authentication, and the "
+                       "firewall rule admits whoever holds the coordinator's address (any device on the LAN can take "
+                       "it): set rpc_transport: tunnel")
     if role == COORDINATOR:
         if s["llama_models_folder"]:  # the folder's models join llama_models before anything reads them
             folder = str(PurePosixPath(s["llama_model_path"]).parent)
@@ -62,6 +72,15 @@ def host_is_ready(run: Run) -> None:
                        "and write this host's GPU memory and crash the server")
     if role == WORKERS and not host.get_fact(facts.SshHostKey):
         raise DeployError(f"{host.name}: no /etc/ssh/ssh_host_ed25519_key.pub: the coordinator needs it to send the image")
+
+
+def tunnel_is_possible(origin: str) -> None:
+    """stunnel is there, or apt-get to install Debian's stunnel4 (the deploy does, as it installs HAProxy)."""
+    missing = host.get_fact(facts.MissingCommands, names=("stunnel4", "apt-get")) or []  # None: nothing missing
+    if "stunnel4" in missing and "apt-get" in missing:
+        raise DeployError(f"{host.name}: rpc_transport = 'tunnel' ({origin}) needs stunnel4, "
+                          "which is not installed, and there is no apt-get to install it: expected stunnel 5 "
+                          "(TLS 1.3) as /usr/bin/stunnel4, or rpc_transport: plain")
 
 
 def model_is_readable(me, cluster) -> None:

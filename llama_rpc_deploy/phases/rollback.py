@@ -36,8 +36,13 @@ def roll_back(run: Run):
     front_files = render.front_files(cluster) if role == COORDINATOR else {}
     front = (f"systemctl try-reload-or-restart {render.FRONT_UNIT}; "
              if any(path in front_files for path in replaced) else "")
+    # the tunnel's previous configuration (its keys stay: every host got the same generation's)
+    tunnel_files = render.tunnel_files(cluster, cluster.host(host.name))
+    tunnel = (f"systemctl try-reload-or-restart {render.TUNNEL_UNIT}; "
+              if any(path in tunnel_files for path in replaced) else "")
     server.shell(name=f"Restart {unit} on the previous version",
-                 commands=[f"systemctl daemon-reload; {firewall}{front}systemctl restart {unit}"], _if=run.health_failed)
+                 commands=[f"systemctl daemon-reload; {firewall}{front}{tunnel}systemctl restart {unit}"],
+                 _if=run.health_failed)
     if role == COORDINATOR:
         url, _ = ready_probe(cluster)
         server.shell(name="Previous version healthy again?", commands=[wait_for_health(cluster, ready=False)],

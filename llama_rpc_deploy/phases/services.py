@@ -11,10 +11,10 @@ from io import StringIO
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.files import Sha1File
+from pyinfra.facts.files import File, Sha1File
 from pyinfra.operations import apt, files, server, systemd
 
-from .. import client, operations, render
+from .. import client, operations, render, tunnel
 from ..cluster import SERVICE_USER
 from ..quoting import shell
 from ..run import Run
@@ -71,6 +71,41 @@ def service(name: str, unit: str, files_ops: list, **arguments) -> Started:
     return Started(restart, ensure, restarts)
 
 
+def install_tunnel(run: Run, me) -> None:
+    """stunnel with this host's key and certificate (tunnel.py) and its configuration (render.tunnel_files).
+    New keys or peers reload it (the connections open stay up); a new unit restarts it, which cuts them, so it
+    counts as a worker's restart (llama-server restarts after it). Where nothing is tunnelled (rpc_transport:
+    plain), a tunnel left by an earlier deploy goes. Every host of a role makes the same operations."""
+    cluster = run.deployment.cluster
+    rendered = render.tunnel_files(cluster, me)
+    config, unit = f"{me.settings['deploy_dir']}/{render.TUNNEL_CONFIG}", f"{render.UNIT_DIR}/{render.TUNNEL_UNIT}"
+    if not rendered:
+        left = host.get_fact(File, path=unit)
+        server.shell(name="No RPC tunnel (rpc_transport: plain): one left by an earlier deploy removed",
+                     commands=[f"systemctl disable --now {render.TUNNEL_UNIT}; rm -rf {shell(tunnel.TUNNEL_DIR)} "
+                               f"{shell(config)} {shell(unit)} && systemctl daemon-reload"] if left else [])
+        return
+    missing = [p for p in render.TUNNEL_PACKAGES if p not in (host.get_fact(DebPackages) or {})]
+    apt.packages(name=f"The tunnel's package: {', '.join(render.TUNNEL_PACKAGES)}", packages=list(render.TUNNEL_PACKAGES),
+                 update=bool(missing), no_recommends=True)
+    files.directory(name=f"{tunnel.TUNNEL_DIR}: the tunnel's keys (mode 700, owner {SERVICE_USER})",
+                    path=tunnel.TUNNEL_DIR, user=SERVICE_USER, group=SERVICE_USER, mode="700")
+    keys = [operations.secret_file(name=f"Tunnel: {dest} (mode 400, owner {SERVICE_USER}, content never shown)",
+                                   src=str(src), dest=dest, user=SERVICE_USER, group=SERVICE_USER)
+            for dest, src in host.loop(tunnel.host_sources(run.deployment.tunnel, me.name).items())]
+    ops = dict(zip(rendered, put_all(run, rendered)))
+    new_unit = ops[unit].will_change
+    reread = not new_unit and (ops[config].will_change or any(op.will_change for op in keys))
+    restart = server.shell(name="RPC tunnel: restarted on its new unit",
+                           commands=[f"systemctl daemon-reload && systemctl enable --quiet {render.TUNNEL_UNIT} && "
+                                     f"systemctl restart {render.TUNNEL_UNIT}"] if new_unit else [])
+    server.shell(name="RPC tunnel: new keys or peers read again (the connections open stay up)",
+                 commands=[f"systemctl try-reload-or-restart {render.TUNNEL_UNIT}"] if reread else [])
+    ensure = systemd.service(name="RPC tunnel running and enabled", service=render.TUNNEL_UNIT,
+                             running=None if new_unit else True, enabled=None if new_unit else True)
+    run.tunnel_services[host.name] = Started(restart, ensure, new_unit)
+
+
 @deploy("rpc-server on the worker")
 def install_worker(run: Run):
     cluster, image = run.deployment.cluster, run.deployment.image
@@ -82,6 +117,7 @@ def install_worker(run: Run):
                         running=True, enabled=True,
                         reloaded=any(c for path, c in will_change.items() if not path.endswith(".service")),
                         daemon_reload=any(c for path, c in will_change.items() if path.endswith(".service")))
+    install_tunnel(run, me)
     run.worker_services[host.name] = service("rpc-server running and enabled", render.WORKER_UNIT,
                                              put_all(run, render.worker_files(cluster, me, image)),
                                              _ignore_errors=True)  # the health check decides
@@ -155,6 +191,7 @@ def install_front(run: Run):
 def install_coordinator(run: Run):
     cluster, image = run.deployment.cluster, run.deployment.image
     s = cluster.settings
+    install_tunnel(run, cluster.coordinator)  # its ends up before llama-server (re)starts through them
     changed = put_all(run, render.coordinator_files(cluster, image))
     if s["llama_api_key_file"]:
         # /etc/llama-rpc (mode 700) was made by distribute_image; no .previous copy of a secret

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from llama_rpc_deploy import image
@@ -15,7 +17,10 @@ REF = Source(ident="0c1e57098bba43ac29e6e3b677cdceebdd22334f", local_tarball=Non
 def test_seed_pair_remote_first_local_last():
     c = cluster()
     assert c.devices == ["RPC0", "CUDA0"]
-    assert c.rpc_endpoints == ["10.0.0.20:50052"]
+    # llama-server reaches the worker through its tunnel's end on the coordinator; the tunnel leads to the
+    # worker's TLS port, and rpc-server listens on the worker's loopback
+    assert c.rpc_endpoints == ["127.0.0.1:50100"]
+    assert (c.workers[0].rpc_remote, c.workers[0].rpc_bind, c.workers[0].exposed_port) == ("10.0.0.20:50053", "127.0.0.1", 50053)
     assert cuda_architectures(c) == "89;120"
 
 
@@ -26,8 +31,31 @@ def test_workers_with_several_gpus_and_a_cpu_worker():
 
 
 def test_worker_address_and_rpc_host_override_the_endpoint():
-    c = cluster(workers=[{"address": "10.1.0.5", "rpc_port": 50060}, {"rpc_host": "10.2.0.6"}])
+    plain = {"rpc_transport": "plain"}
+    c = cluster(workers=[{"address": "10.1.0.5", "rpc_port": 50060, **plain}, {"rpc_host": "10.2.0.6", **plain}])
     assert c.rpc_endpoints == ["10.1.0.5:50060", "10.2.0.6:50052"]
+    assert [w.rpc_bind for w in c.workers] == ["10.1.0.5", "10.2.0.6"] and not c.tunnelled
+    c = cluster(workers=[{"address": "10.1.0.5", "rpc_tunnel_port": 50060}, {"rpc_host": "10.2.0.6"}],
+                all_data={"rpc_tunnel_local_port": 40000})
+    assert c.rpc_endpoints == ["127.0.0.1:40000", "127.0.0.1:40001"]
+    assert [w.rpc_remote for w in c.workers] == ["10.1.0.5:50060", "10.2.0.6:50053"]
+
+
+def test_one_transport_for_every_worker():
+    with pytest.raises(SettingsError, match="rpc_transport = 'plain' on 10.0.0.21, 'tunnel' on 10.0.0.20: expected one "
+                                            "rpc_transport for every worker"):
+        cluster(workers=[None, {"rpc_transport": "plain"}])
+
+
+@pytest.mark.parametrize("worker,coordinator,words", [
+    ({"rpc_tunnel_port": 50052}, {}, "rpc_tunnel_port = 50052 on 10.0.0.20 is its rpc_port: expected another port"),
+    ({"rpc_tunnel_port": 22}, {}, "rpc_tunnel_port = 22 on 10.0.0.20 is its SSH port"),
+    ({}, {"rpc_tunnel_local_port": 8080}, "rpc_tunnel_local_port = 8080 puts 10.0.0.20's tunnel end on the "
+                                          "coordinator at port 8080 (llama_port)"),
+])
+def test_tunnel_ports_stay_apart(worker, coordinator, words):
+    with pytest.raises(SettingsError, match=re.escape(words)):
+        cluster(workers=[worker], coordinator=coordinator)
 
 
 def test_tensor_split_must_match_device_count():
@@ -41,7 +69,7 @@ def test_inventory_shape():
         cluster(workers=())
     with pytest.raises(SettingsError, match="10.0.0.10 is listed twice"):
         cluster(names=["10.0.0.10", "10.0.0.10"])
-    with pytest.raises(SettingsError, match="rpc endpoint 10.0.0.5:50052 is used by two workers"):
+    with pytest.raises(SettingsError, match="rpc endpoint 10.0.0.5:50053 is used by two workers"):
         cluster(workers=[{"address": "10.0.0.5"}, {"address": "10.0.0.5"}])
 
 

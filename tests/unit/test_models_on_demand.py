@@ -37,7 +37,7 @@ def test_router_takes_the_model_options_out_of_the_command_line():
     assert flag(argv, "--models-max") == "1"  # rpc-server serves one client: one model at a time
     for option in ("--model", "--ctx-size", "--parallel", "--tensor-split", "--n-gpu-layers"):
         assert option not in argv
-    assert flag(argv, "--rpc") == "10.0.0.20:50052" and flag(argv, "--device") == "RPC0,CUDA0"
+    assert flag(argv, "--rpc") == "127.0.0.1:50100" and flag(argv, "--device") == "RPC0,CUDA0"
     volumes = [argv[i + 1] for i, a in enumerate(argv) if a == "--volume"]
     assert "/srv/models/lmstudio-community:/models:ro" in volumes
     assert "/srv/models/Qwen:/models-1:ro" in volumes

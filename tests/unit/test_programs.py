@@ -631,6 +631,53 @@ def test_wait_for_workers_names_a_worker_that_does_not_answer_hello(tmp_path):
            in result.stderr
 
 
+def fake_tunnel_end(closes: int):
+    """A tunnel's end on the coordinator while its worker is away: it accepts every connection, and closes the
+    first `closes` of them without a word (stunnel could not reach the worker); then rpc-server answers HELLO."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    got = []
+
+    def serve():
+        for n in range(closes + 1):
+            conn, _ = listener.accept()
+            with conn:
+                if n == closes:
+                    data = b""
+                    while len(data) < len(HELLO) and (chunk := conn.recv(64)):
+                        data += chunk
+                    got.append(data)
+                    conn.sendall(struct.pack("<Q", 28) + bytes([7, 0, 0, 0]) + bytes(24))
+    threading.Thread(target=serve, daemon=True).start()
+    return listener.getsockname()[1], got
+
+
+def test_wait_for_workers_waits_at_a_tunnel_until_its_worker_answers(tmp_path):
+    """Through a tunnel, an end that accepts and closes is a worker not there yet: wait (not three tries)."""
+    port, got = fake_tunnel_end(closes=5)
+    host = Host(tmp_path)
+    host.stub("docker", "echo 7.0.0")
+    (tmp_path / "bin" / "sleep").unlink()
+    env = wait_for_workers_env(endpoints=[f"127.0.0.1:{port}"], timeout=20, image=IMAGE,
+                               remotes=["10.0.0.20:50053"]) + env_file(RETRY_DELAY="0.01")
+    result = host.run("wait-for-workers.sh", env)
+    assert result.returncode == 0, result.stderr
+    assert got == [HELLO] and result.stdout == f"rpc-server at 127.0.0.1:{port} answers, RPC protocol 7.0.0\n"
+
+
+def test_wait_for_workers_names_the_tunnel_when_its_worker_never_answers(tmp_path):
+    port, _ = fake_tunnel_end(closes=10 ** 6)
+    host = Host(tmp_path)
+    host.stub("docker", "echo 7.0.0")
+    (tmp_path / "bin" / "sleep").unlink()
+    env = wait_for_workers_env(endpoints=[f"127.0.0.1:{port}"], timeout=1, image=IMAGE,
+                               remotes=["10.0.0.20:50053"]) + env_file(RETRY_DELAY="0.05")
+    result = host.run("wait-for-workers.sh", env)
+    assert result.returncode == 1
+    assert result.stderr == (f"rpc-server at 127.0.0.1:{port} (the tunnel to 10.0.0.20:50053) did not answer within "
+                             "1 s: is rpc-server.service running on that worker, and llama-rpc-tunnel.service on both "
+                             "ends?\n")
+
+
 def test_wait_for_workers_stops_when_the_image_cannot_say_its_protocol(tmp_path):
     port, got = fake_rpc_server((7, 0, 0))
     host, result = wait_for(tmp_path, [f"127.0.0.1:{port}"], docker_fails=True)
@@ -640,13 +687,16 @@ def test_wait_for_workers_stops_when_the_image_cannot_say_its_protocol(tmp_path)
 # --- rpc-firewall.sh --------------------------------------------------------------------------------------
 
 class Firewalled(Host):
-    """iptables and ip6tables stand-ins: *-restore keeps its input; -C finds the jump when NAME.present exists."""
+    """iptables and ip6tables stand-ins: *-restore keeps its input; -C finds the jump when NAME.present exists;
+    -S INPUT lists the rules in `rules`."""
 
-    def __init__(self, tmp_path, ip6tables=True, present=(), fail=()):
+    def __init__(self, tmp_path, ip6tables=True, present=(), fail=(), rules=()):
         super().__init__(tmp_path)
         for ipt in ("iptables", "ip6tables") if ip6tables else ("iptables",):
+            (tmp_path / f"{ipt}.input").write_text("".join(f"{r}\n" for r in ["-P INPUT ACCEPT", *rules]))
             self.stub(f"{ipt}-restore", f"/bin/cat > {tmp_path}/{ipt}.rules; {'exit 1' if f'{ipt}-restore' in fail else ''}")
             self.stub(ipt, f'case "$*" in *" -C "*) {"exit 0" if ipt in present else "exit 1"} ;; '
+                           f'*" -S "*) /bin/cat {tmp_path}/{ipt}.input ;; '
                            f'*" -I "*) {"exit 1" if ipt in fail else "exit 0"} ;; esac')
 
     def apply(self, ipv4=("10.0.0.10",), ipv6=(), port=50052):
@@ -663,6 +713,9 @@ def chain(*sources):
                     "-A LLAMA-RPC -p tcp -j REJECT --reject-with tcp-reset\nCOMMIT\n"])
 
 
+LIST = "--wait -S INPUT"
+
+
 def jump(ipt, op, port=50052):
     return f"--wait {op} INPUT {'1 ' if op == '-I' else ''}-p tcp --dport {port} -j LLAMA-RPC"
 
@@ -675,7 +728,7 @@ def test_firewall_admits_the_coordinator_only_by_default(tmp_path):
     assert host.rules("ip6tables") == chain()  # IPv6: nobody
     for ipt in ("iptables", "ip6tables"):
         assert host.calls(f"{ipt}-restore") == ["--wait --noflush"]  # our chain only, in one transaction
-        assert host.calls(ipt) == [jump(ipt, "-C"), jump(ipt, "-I")]  # the jump, at the top of INPUT
+        assert host.calls(ipt) == [jump(ipt, "-C"), jump(ipt, "-I"), LIST]  # the jump, at the top of INPUT
     assert result.stdout == "port 50052/tcp: only from 10.0.0.10\n"
 
 
@@ -685,7 +738,7 @@ def test_firewall_sources_by_family(tmp_path):
     assert result.returncode == 0, result.stderr
     assert host.rules("iptables") == chain("192.168.1.0/24", "10.0.0.10")
     assert host.rules("ip6tables") == chain("fd00::10", "fd00:1::/64")
-    assert host.calls("ip6tables") == [jump("ip6tables", "-C", 50100), jump("ip6tables", "-I", 50100)]
+    assert host.calls("ip6tables") == [jump("ip6tables", "-C", 50100), jump("ip6tables", "-I", 50100), LIST]
     assert result.stdout == "port 50100/tcp: only from 192.168.1.0/24, 10.0.0.10, fd00::10, fd00:1::/64\n"
 
 
@@ -694,8 +747,20 @@ def test_firewall_adds_the_jump_only_when_it_is_missing(tmp_path, present):
     host = Firewalled(tmp_path, present=present)
     assert host.apply(ipv6=["fd00::10"]).returncode == 0
     for ipt in ("iptables", "ip6tables"):
-        assert host.calls(ipt) == ([jump(ipt, "-C")] if ipt in present else [jump(ipt, "-C"), jump(ipt, "-I")])
+        assert host.calls(ipt) == ([jump(ipt, "-C")] if ipt in present else [jump(ipt, "-C"), jump(ipt, "-I")]) + [LIST]
         assert host.calls(f"{ipt}-restore") == ["--wait --noflush"]  # the chain is replaced every time
+
+
+def test_firewall_removes_a_jump_for_another_port_after_adding_its_own(tmp_path):
+    """The port changed (rpc_port, or the tunnel's once rpc-server moved to loopback): the old jump would reject
+    connections to the old port, the tunnel's own to rpc-server on loopback among them. Other rules stay."""
+    rules = ["-A INPUT -p tcp -m tcp --dport 50052 -j LLAMA-RPC", "-A INPUT -p tcp -m tcp --dport 50053 -j LLAMA-RPC",
+             "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT", "-A INPUT -p tcp -m tcp --dport 50052 -j LLAMA-RPC-OTHER"]
+    host = Firewalled(tmp_path, present=("iptables", "ip6tables"), rules=rules)
+    result = host.apply(port=50053)
+    assert result.returncode == 0, result.stderr
+    for ipt in ("iptables", "ip6tables"):
+        assert host.calls(ipt) == [jump(ipt, "-C", 50053), LIST, f"--wait -D INPUT -p tcp -m tcp --dport 50052 -j LLAMA-RPC"]
 
 
 def test_firewall_without_ip6tables(tmp_path):
@@ -731,15 +796,16 @@ def deployed(c, image=IMAGE):
 def test_the_deploy_ships_each_program_unchanged_next_to_its_settings():
     c = cluster(workers=[None, None], all_data={"rpc_wait_timeout": 45, "llama_front_drain_seconds": 30})
     files = deployed(c)
-    endpoints = ["10.0.0.20:50052", "10.0.0.21:50052"]
+    endpoints, remotes = ["127.0.0.1:50100", "127.0.0.1:50101"], ["10.0.0.20:50053", "10.0.0.21:50053"]
     for name in PROGRAMS:
         paths = [p for p in files if p.endswith(f"/opt/llama-rpc/{name}")]
         assert paths and all(files[p] == programs.text(name) for p in paths), name
         assert all(p.removesuffix(".sh") + ".env" in files for p in paths), name
     assert files["/opt/llama-rpc/wait-for-workers.env"] == wait_for_workers_env(endpoints=endpoints, timeout=45,
-                                                                                image=IMAGE)
+                                                                                image=IMAGE, remotes=remotes)
+    # the watchdog looks at llama-server's connections to the tunnels' ends and at the tunnels' own to the workers
     assert files["/opt/llama-rpc/llama-server-watchdog.env"] == llama_server_watchdog_env(
-        endpoints=endpoints, interval=5, retransmissions=7, grace=15, server_unit=SERVER_UNIT,
+        endpoints=endpoints + remotes, interval=5, retransmissions=7, grace=15, server_unit=SERVER_UNIT,
         no_drain_flag=render.NO_DRAIN_FLAG)
     # the watchdog leaves its file where front-drain.sh looks for it
     assert files["/opt/llama-rpc/front-drain.env"] == front_drain_env(
@@ -760,19 +826,20 @@ def test_the_deploy_ships_each_program_unchanged_next_to_its_settings():
     (["192.168.1.0/24", "fd00::10"], ["192.168.1.0/24"], ["fd00::10"]),
 ])
 def test_the_deployed_firewall_admits_the_allowed_sources_by_family(tmp_path, allow, ipv4, ipv6):
-    c = cluster(workers=[{"rpc_port": 50100, **({"rpc_allow_from": allow} if allow else {})}])
+    c = cluster(workers=[{"rpc_tunnel_port": 50100, **({"rpc_allow_from": allow} if allow else {})}])
     env = render.firewall_files(c, c.workers[0])["/opt/llama-rpc/rpc-firewall.env"]
     host = Firewalled(tmp_path)
     result = host.run("rpc-firewall.sh", env, path=str(host.bin))
     assert result.returncode == 0, result.stderr
     assert host.rules("iptables") == chain(*ipv4) and host.rules("ip6tables") == chain(*ipv6)
-    assert host.calls("iptables")[-1] == jump("iptables", "-I", 50100)
+    assert host.calls("iptables")[-2:] == [jump("iptables", "-I", 50100), LIST]
     assert result.stdout == f"port 50100/tcp: only from {', '.join(ipv4 + ipv6)}\n"
 
 
 def test_the_deployed_wait_for_workers_checks_each_worker(tmp_path):
     port, got = fake_rpc_server((6, 1, 0))
-    c = cluster(workers=[{"address": "127.0.0.1", "rpc_port": port}], all_data={"rpc_wait_timeout": 5})
+    c = cluster(workers=[{"address": "127.0.0.1", "rpc_port": port, "rpc_transport": "plain"}],
+                all_data={"rpc_wait_timeout": 5})
     host = Host(tmp_path)
     host.stub("docker", "echo 7.0.0")
     result = host.run("wait-for-workers.sh", render.coordinator_files(c, IMAGE)["/opt/llama-rpc/wait-for-workers.env"])

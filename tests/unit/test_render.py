@@ -37,7 +37,7 @@ def test_llama_server_carries_the_settings():
     assert argv[:3] == ["/usr/bin/docker", "run", "--rm"]
     assert flag(argv, "--volume") == "/srv/models/lmstudio-community:/models:ro"
     assert flag(argv, "--model") == "/models/" + MODEL.rsplit("/", 1)[1]
-    assert flag(argv, "--rpc") == "10.0.0.20:50052"
+    assert flag(argv, "--rpc") == "127.0.0.1:50100"  # the worker's tunnel, its end on the coordinator
     assert flag(argv, "--device") == "RPC0,CUDA0"
     assert flag(argv, "--ctx-size") == "32768" and flag(argv, "--parallel") == "2"
     assert flag(argv, "--cache-type-k") == "q8_0" and flag(argv, "--cache-type-v") == "q8_0"
@@ -77,14 +77,18 @@ def test_cpu_coordinator_has_no_gpu_flag_and_only_rpc_devices():
     argv = words(server_script(c))
     assert "--gpus" not in argv
     assert flag(argv, "--device") == "RPC0,RPC1" and flag(argv, "--n-gpu-layers") == "6"
-    assert flag(argv, "--rpc") == "10.0.0.20:50052,10.0.0.21:50052"
+    assert flag(argv, "--rpc") == "127.0.0.1:50100,127.0.0.1:50101"
+    plain = cluster(coordinator={"gpus": []}, workers=[{"gpus": [], "rpc_transport": "plain"}] * 2,
+                    all_data={"image_backend": "cpu", "llama_n_gpu_layers": 6})
+    assert flag(words(server_script(plain)), "--rpc") == "10.0.0.20:50052,10.0.0.21:50052"
 
 
-def test_rpc_server_binds_to_the_worker_address_with_cache():
-    c = cluster(workers=[{"rpc_threads": 2}])
+@pytest.mark.parametrize("transport,bind", [("tunnel", "127.0.0.1"), ("plain", "10.0.0.20")])
+def test_rpc_server_binds_to_loopback_behind_a_tunnel_else_to_the_worker_address(transport, bind):
+    c = cluster(workers=[{"rpc_threads": 2, "rpc_transport": transport}])
     files = worker_files(c, c.workers[0], IMAGE)
     argv = words(files["/opt/llama-rpc/rpc-server.sh"])
-    assert flag(argv, "--host") == "10.0.0.20" and flag(argv, "--port") == "50052"
+    assert flag(argv, "--host") == bind and flag(argv, "--port") == "50052"
     assert "--cache" in argv and flag(argv, "--threads") == "2"
     assert flag(argv, "--volume") == "/var/cache/llama-rpc:/cache"
     assert argv[argv.index(IMAGE) + 1] == "rpc"

@@ -18,6 +18,7 @@ CLUSTERS = {
         all_data={"image_backend": "cpu", "llama_n_gpu_layers": 6, "llama_tensor_split": [1, 1],
                   "llama_sleep_idle_seconds": 900, "llama_threads": 2, "llama_metrics": True,
                   "llama_extra_args": ["--alias", "a b; c"]}),
+    "plain transport": lambda: cluster(workers=[{"rpc_transport": "plain"}, {"rpc_transport": "plain"}]),
     "ipv6 clients, odd paths": lambda: cluster(
         workers=[{"rpc_allow_from": ["fd00::10", "10.0.0.0/24"], "rpc_cache_dir": "/srv/cache-dir.2",
                   "rpc_extra_args": ["--mem", "8192"]}],
@@ -26,9 +27,11 @@ CLUSTERS = {
 
 
 def every_file(c) -> dict[str, str]:
-    out = {**render.coordinator_files(c, IMAGE), **render.watchdog_files(c), **render.front_files(c)}
+    out = {**render.coordinator_files(c, IMAGE), **render.watchdog_files(c), **render.front_files(c),
+           **render.tunnel_files(c, c.coordinator)}
     for w in c.workers:
         out |= {f"{w.name}:{p}": t for p, t in {**render.worker_files(c, w, IMAGE), **render.firewall_files(c, w),
+                                                 **render.tunnel_files(c, w),
                                                  **render.worker_watchdog_files(w), **render.cache_prune_files(w)}.items()}
     return out
 
