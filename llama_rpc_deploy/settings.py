@@ -278,7 +278,8 @@ SETTINGS: tuple[Setting, ...] = (
     S("rpc_wait_timeout", 120, _int(1, 86400), "Seconds llama-server's unit waits for every worker's RPC port before it starts.", "server"),
     # --- rpc-server (workers) ---
     S("rpc_host", None, _optional(ADDRESS),
-      "Address rpc-server binds to. None: the worker's address. Never expose it on an open network.", "rpc"),
+      "Address the worker's RPC port binds to: the tunnel's TLS end, or rpc-server itself when rpc_transport is "
+      "'plain'. None: the worker's address.", "rpc"),
     S("rpc_port", 50052, PORT, "rpc-server's TCP port (on the worker's loopback when rpc_transport is 'tunnel').", "rpc"),
     S("rpc_transport", "tunnel", _one_of("tunnel", "plain"),
       "'tunnel': rpc-server listens on the worker's loopback only, and the coordinator reaches it through "
@@ -287,10 +288,11 @@ SETTINGS: tuple[Setting, ...] = (
       "coordinator's address gets in); the deploy warns each run.", "rpc"),
     S("rpc_tunnel_port", 50053, PORT, "The tunnel's TLS port on the worker (rpc_transport 'tunnel'), on rpc_host.", "rpc"),
     S("rpc_firewall", True, BOOL,
-      "A host firewall rule (iptables, its own chain) that admits rpc_port only from rpc_allow_from; kept "
+      "A host firewall rule (iptables, its own chain) that admits the worker's RPC port (rpc_tunnel_port, or "
+      "rpc_port when plain) only from rpc_allow_from; kept "
       "across reboots by a systemd unit. False only if you firewall the port yourself.", "rpc"),
     S("rpc_allow_from", None, _optional(_str_list()),
-      "IP addresses or networks that may reach rpc_port. None: the coordinator's address only.", "rpc"),
+      "IP addresses or networks that may reach the worker's RPC port. None: the coordinator's address only.", "rpc"),
     S("rpc_allow_wide", False, BOOL,
       "True admits rpc_allow_from networks wider than a private /16 (0.0.0.0/0, a public range): anyone there "
       "can read and write the worker's GPU memory, rpc-server has no authentication. The deploy says so each run.",

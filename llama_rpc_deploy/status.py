@@ -67,11 +67,13 @@ def cache_bytes_command(worker: HostPlan) -> str:
             "awk '{ s += $1 } END { printf \"%.0f\\n\", s }'")
 
 
-def host_script(host: HostPlan, role: str) -> str:
-    """One bash script for a host: sections that start with '== NAME', read by parse()."""
+def host_script(host: HostPlan, role: str, tunnel: bool = False) -> str:
+    """One bash script for a host: sections that start with '== NAME', read by parse(). tunnel: the host runs
+    an RPC tunnel (a tunnelled worker, or the coordinator of one)."""
     unit, watchdog, container = _units(role)
     extra = [render.FIREWALL_UNIT] if role == WORKERS and host.settings["rpc_firewall"] else []
     extra += [render.CACHE_PRUNE_TIMER] if role == WORKERS else [render.FRONT_UNIT]
+    extra += [render.TUNNEL_UNIT] if tunnel else []
     lines = []
     for u in (unit, watchdog, *extra):
         lines.append(f"echo '== unit {u}'; systemctl is-active {shell(u)} || true")
@@ -165,7 +167,8 @@ def collect(cluster: Cluster, inventory: Path) -> list[HostStatus]:
         for host in cluster.hosts:
             role = cluster.role(host.name)
             try:
-                result = run(host.name, "bash -s", input=host_script(host, role), timeout=60)
+                tunnel = bool(cluster.tunnelled) if role == COORDINATOR else host.tunnelled
+                result = run(host.name, "bash -s", input=host_script(host, role, tunnel), timeout=60)
                 output = result.stdout if result.returncode == 0 else ""
             except subprocess.TimeoutExpired:
                 output = ""

@@ -89,9 +89,13 @@ def test_each_host_gets_the_script_of_its_role():
 # What the deploy installs and starts per role (llama_rpc_deploy/phases/services.py): the firewall only
 # with rpc_firewall; the cache prune runs from its timer, so the timer is what status asks about.
 DEPLOYED_UNITS = {
-    "coordinator": [render.COORDINATOR_UNIT, render.WATCHDOG_UNIT, render.FRONT_UNIT],
-    "workers": [render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, render.FIREWALL_UNIT, render.CACHE_PRUNE_TIMER],
-    "worker without rpc_firewall": [render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, render.CACHE_PRUNE_TIMER],
+    "coordinator": [render.COORDINATOR_UNIT, render.WATCHDOG_UNIT, render.FRONT_UNIT, render.TUNNEL_UNIT],
+    "workers": [render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, render.FIREWALL_UNIT, render.CACHE_PRUNE_TIMER,
+                render.TUNNEL_UNIT],
+    "worker without rpc_firewall": [render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, render.CACHE_PRUNE_TIMER,
+                                    render.TUNNEL_UNIT],
+    "plain coordinator": [render.COORDINATOR_UNIT, render.WATCHDOG_UNIT, render.FRONT_UNIT],
+    "plain worker": [render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, render.FIREWALL_UNIT, render.CACHE_PRUNE_TIMER],
 }
 
 
@@ -112,15 +116,18 @@ def _run(script: str, state: str = "active") -> str:
     return "".join(f"== unit {u}\n{state}\n" for u in _asked_units(script)) + "== crashes\n== watchdog\n"
 
 
-@pytest.mark.parametrize("role,firewall,expected", [
-    ("coordinator", True, DEPLOYED_UNITS["coordinator"]),
-    ("workers", True, DEPLOYED_UNITS["workers"]),
-    ("workers", False, DEPLOYED_UNITS["worker without rpc_firewall"]),
+@pytest.mark.parametrize("role,firewall,transport,expected", [
+    ("coordinator", True, "tunnel", DEPLOYED_UNITS["coordinator"]),
+    ("workers", True, "tunnel", DEPLOYED_UNITS["workers"]),
+    ("workers", False, "tunnel", DEPLOYED_UNITS["worker without rpc_firewall"]),
+    ("coordinator", True, "plain", DEPLOYED_UNITS["plain coordinator"]),
+    ("workers", True, "plain", DEPLOYED_UNITS["plain worker"]),
 ])
-def test_status_asks_about_every_unit_the_deploy_installs(role, firewall, expected):
-    c = cluster(workers=[{"rpc_firewall": firewall}])
+def test_status_asks_about_every_unit_the_deploy_installs(role, firewall, transport, expected):
+    c = cluster(workers=[{"rpc_firewall": firewall, "rpc_transport": transport}])
     host = c.coordinator if role == "coordinator" else c.workers[0]
-    script = status.host_script(host, role)
+    # what the deploy installs for this cluster: the tunnel's unit where tunnel_files renders one
+    script = status.host_script(host, role, tunnel=bool(render.tunnel_files(c, host)))
     asked = _asked_units(script)
     skipped, added = sorted(set(expected) - set(asked)), sorted(set(asked) - set(expected))
     assert not skipped and not added, f"the {role}'s status script skips {skipped}, adds {added}"
@@ -143,8 +150,9 @@ def test_the_deployed_units_are_the_ones_render_writes():
 
     def units(files):
         return {path.rsplit("/", 1)[1] for path in files if path.startswith(render.UNIT_DIR + "/")}
-    worker = units({**render.worker_files(c, w, "img"), **render.firewall_files(c, w),
+    worker = units({**render.worker_files(c, w, "img"), **render.firewall_files(c, w), **render.tunnel_files(c, w),
                     **render.worker_watchdog_files(w), **render.cache_prune_files(w)})
-    coordinator = units({**render.coordinator_files(c, "img"), **render.watchdog_files(c), **render.front_files(c)})
+    coordinator = units({**render.coordinator_files(c, "img"), **render.watchdog_files(c), **render.front_files(c),
+                         **render.tunnel_files(c, c.coordinator)})
     assert worker - started_by_a_timer == set(DEPLOYED_UNITS["workers"])
     assert coordinator == set(DEPLOYED_UNITS["coordinator"])

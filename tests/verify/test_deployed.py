@@ -82,7 +82,8 @@ def test_the_front_runs_a_valid_configuration(coordinator, deployment):
 
 
 def test_rpc_server_listens_only_on_its_address(worker, worker_plan):
-    host, port = worker_plan.rpc_endpoint.rsplit(":", 1)
+    """On its address (plain), or on loopback behind a tunnel."""
+    host, port = worker_plan.rpc_bind, worker_plan.settings["rpc_port"]
     assert worker.socket(f"tcp://{host}:{port}").is_listening
     assert not worker.socket(f"tcp://0.0.0.0:{port}").is_listening
 
@@ -91,6 +92,8 @@ def test_coordinator_reaches_every_worker(coordinator, worker_plan):
     """llama-server holds a connection to every worker's rpc-server. (Not a new connection: rpc-server
     serves one client at a time, and one waiting behind llama-server's would look like a dead client.)"""
     assert coordinator.check_output(f"ss -Htn state established dst {worker_plan.rpc_endpoint}")
+    if worker_plan.tunnelled:  # to the tunnel's end on the coordinator, and from there to the worker's
+        assert coordinator.check_output(f"ss -Htn state established dst {worker_plan.rpc_remote}")
 
 
 # --- one image everywhere ---

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from llama_rpc_deploy import client, render
+from llama_rpc_deploy import client, render, tunnel
 from llama_rpc_deploy.cluster import SERVICE_USER, allowed_clients, api_key
 
 
@@ -18,9 +18,10 @@ def _firewall(worker_plan):
 
 
 def test_rpc_port_admits_only_the_allowed_clients(worker, worker_plan, deployment):
-    """Exactly our rules: one jump, first in INPUT, to a chain that accepts the coordinator and resets the rest."""
+    """Exactly our rules: one jump, first in INPUT, to a chain that accepts the coordinator and resets the rest;
+    for the port the worker opens to the network (the tunnel's, or rpc-server's own when plain)."""
     _firewall(worker_plan)
-    port, chain = worker_plan.settings["rpc_port"], render.FIREWALL_CHAIN
+    port, chain = worker_plan.exposed_port, render.FIREWALL_CHAIN
     rules = [r for r in worker.check_output("iptables -S INPUT").splitlines() if r.startswith("-A INPUT")]
     jumps = [r for r in rules if f"-j {chain}" in r]
     assert jumps == [f"-A INPUT -p tcp -m tcp --dport {port} -j {chain}"], rules  # once, however often deployed
@@ -40,6 +41,34 @@ def test_firewall_unit_enabled_and_required_by_rpc_server(worker, worker_plan):
     assert unit.is_enabled and unit.is_running
     requires = worker.check_output(f"systemctl show -p Requires --value {render.WORKER_UNIT}")
     assert render.FIREWALL_UNIT in requires.split()
+
+
+def _tunnelled(worker_plan):
+    if not worker_plan.tunnelled:
+        pytest.skip("rpc_transport = 'plain': no tunnel (the firewall rule alone guards rpc-server)")
+
+
+def test_rpc_server_is_reached_only_through_the_tunnel(worker, worker_plan):
+    """rpc-server listens on loopback alone; on the network, only stunnel, at the tunnel's port."""
+    _tunnelled(worker_plan)
+    listening = worker.check_output(f"ss -Hltnp 'sport = :{worker_plan.settings['rpc_port']}'").splitlines()
+    assert listening and all(line.split()[3] == f"127.0.0.1:{worker_plan.settings['rpc_port']}" for line in listening), listening
+    tls = worker.check_output(f"ss -Hltnp 'sport = :{worker_plan.settings['rpc_tunnel_port']}'").splitlines()
+    assert [line.split()[3] for line in tls] == [worker_plan.rpc_remote] and '"stunnel4"' in tls[0], tls
+
+
+@pytest.mark.parametrize("role", ["coordinator", "workers"])
+def test_tunnel_keys_readable_only_by_the_service_user(role, coordinator, worker, worker_plan):
+    _tunnelled(worker_plan)
+    host = coordinator if role == "coordinator" else worker
+    folder = host.file(tunnel.TUNNEL_DIR)
+    assert (folder.user, folder.group, folder.mode) == (SERVICE_USER, SERVICE_USER, 0o700)
+    for name in tunnel.HOST_FILES:
+        f = host.file(f"{tunnel.TUNNEL_DIR}/{name}")
+        assert (f.user, f.group, f.mode) == (SERVICE_USER, SERVICE_USER, 0o400), name
+    unit = host.service(render.TUNNEL_UNIT.removesuffix(".service"))
+    assert unit.is_enabled and unit.is_running
+    assert host.check_output(f"systemctl show -p User --value {render.TUNNEL_UNIT}") == SERVICE_USER
 
 
 @pytest.mark.parametrize("role", ["coordinator", "workers"])
