@@ -571,11 +571,12 @@ def closed_port():
         return s.getsockname()[1]  # nothing listens there once it is closed
 
 
-def wait_for(tmp_path, endpoints, timeout=5, protocol="7.0.0", docker_fails=False, retry_delay="0"):
+def wait_for(tmp_path, endpoints, timeout=5, protocol="7.0.0", docker_fails=False, retry_delay="0", remotes=None):
     host = Host(tmp_path)
     host.stub("docker", "exit 1" if docker_fails else f"echo {protocol}")
     (tmp_path / "bin" / "sleep").unlink()  # the real one: RETRY_DELAY is short
-    env = wait_for_workers_env(endpoints=endpoints, timeout=timeout, image=IMAGE) + env_file(RETRY_DELAY=retry_delay)
+    env = wait_for_workers_env(endpoints=endpoints, timeout=timeout, image=IMAGE, remotes=remotes) + \
+        env_file(RETRY_DELAY=retry_delay)
     return host, host.run("wait-for-workers.sh", env)
 
 
@@ -654,24 +655,14 @@ def fake_tunnel_end(closes: int):
 def test_wait_for_workers_waits_at_a_tunnel_until_its_worker_answers(tmp_path):
     """Through a tunnel, an end that accepts and closes is a worker not there yet: wait (not three tries)."""
     port, got = fake_tunnel_end(closes=5)
-    host = Host(tmp_path)
-    host.stub("docker", "echo 7.0.0")
-    (tmp_path / "bin" / "sleep").unlink()
-    env = wait_for_workers_env(endpoints=[f"127.0.0.1:{port}"], timeout=20, image=IMAGE,
-                               remotes=["10.0.0.20:50053"]) + env_file(RETRY_DELAY="0.01")
-    result = host.run("wait-for-workers.sh", env)
+    _, result = wait_for(tmp_path, [f"127.0.0.1:{port}"], timeout=20, retry_delay="0.01", remotes=["10.0.0.20:50053"])
     assert result.returncode == 0, result.stderr
     assert got == [HELLO] and result.stdout == f"rpc-server at 127.0.0.1:{port} answers, RPC protocol 7.0.0\n"
 
 
 def test_wait_for_workers_names_the_tunnel_when_its_worker_never_answers(tmp_path):
     port, _ = fake_tunnel_end(closes=10 ** 6)
-    host = Host(tmp_path)
-    host.stub("docker", "echo 7.0.0")
-    (tmp_path / "bin" / "sleep").unlink()
-    env = wait_for_workers_env(endpoints=[f"127.0.0.1:{port}"], timeout=1, image=IMAGE,
-                               remotes=["10.0.0.20:50053"]) + env_file(RETRY_DELAY="0.05")
-    result = host.run("wait-for-workers.sh", env)
+    _, result = wait_for(tmp_path, [f"127.0.0.1:{port}"], timeout=1, retry_delay="0.05", remotes=["10.0.0.20:50053"])
     assert result.returncode == 1
     assert result.stderr == (f"rpc-server at 127.0.0.1:{port} (the tunnel to 10.0.0.20:50053) did not answer within "
                              "1 s: is rpc-server.service running on that worker, and llama-rpc-tunnel.service on both "
