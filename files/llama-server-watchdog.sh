@@ -14,6 +14,10 @@
 # Settings: the shell assignments in the file LLAMA_RPC_ENV, by default this script's path with .env for .sh
 # (/opt/llama-rpc/llama-server-watchdog.env), written by llama-rpc-deploy:
 #   RPC_ENDPOINTS    the workers' rpc-servers, HOST:PORT as llama-server's --rpc names them, separated by spaces
+#   TUNNEL_REMOTES   through a tunnel (optional): the workers' TLS ends, HOST:PORT, separated by spaces. llama-server's
+#                    connection then ends at the tunnel on this host, which closes it when the worker closes (seen in
+#                    RPC_ENDPOINTS); a network that drops shows on the tunnel's own connection out, as data
+#                    unacknowledged. (Not CLOSE-WAIT there: that is the tunnel's normal close, a router's child leaving.)
 #   INTERVAL         seconds between two looks
 #   RETRANSMISSIONS  retransmissions of the same unacknowledged data that mean the worker is gone (7: about 25 s)
 #   GRACE            seconds to leave llama-server after restarting it, before looking again
@@ -27,6 +31,7 @@ set -u  # a setting missing from the env file stops the watchdog instead of read
 watchdog_settings "$@"
 : "${RPC_ENDPOINTS:?}" "${INTERVAL:?}" "${RETRANSMISSIONS:?}" "${GRACE:?}" "${SERVER_UNIT:?}" "${NO_DRAIN_FLAG:?}"  # required
 read -ra endpoints <<< "$RPC_ENDPOINTS"  # no pathname expansion: "[fd00::1]:50052" is a glob
+read -ra remotes <<< "${TUNNEL_REMOTES:-}"
 
 unacknowledged() {  # unacknowledged ENDPOINT: is data to ENDPOINT unacknowledged after RETRANSMISSIONS or more tries?
   # ss -o shows timer:(on,25s,8) while data waits for its acknowledgement (persist: a zero-window probe), the last
@@ -49,13 +54,22 @@ look() {  # one look at llama-server's connections; restarts it when one of them
       reason="rpc-server at $endpoint stopped acknowledging data (the worker or the network is down)"
     fi
     if [ -n "$reason" ]; then
-      echo "$reason: restarting $SERVER_UNIT"
-      : >"$NO_DRAIN_FLAG"
-      systemctl restart --no-block "$SERVER_UNIT"
-      sleep "$GRACE"  # let it stop and start before looking again
+      restart "$reason"
       return 0
     fi
   done
+  for endpoint in "${remotes[@]}"; do
+    if unacknowledged "$endpoint"; then
+      restart "the tunnel to rpc-server at $endpoint stopped getting data acknowledged (the worker or the network is down)"
+      return 0
+    fi
+  done
+}
+restart() {  # restart REASON
+  echo "$1: restarting $SERVER_UNIT"
+  : >"$NO_DRAIN_FLAG"
+  systemctl restart --no-block "$SERVER_UNIT"
+  sleep "$GRACE"  # let it stop and start before looking again
 }
 
 watch look

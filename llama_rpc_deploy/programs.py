@@ -71,12 +71,13 @@ def wait_for_workers_env(*, endpoints: Sequence[str], timeout: int, image: str,
 
 
 def llama_server_watchdog_env(*, endpoints: Sequence[str], interval: int, retransmissions: int, grace: int,
-                              server_unit: str, no_drain_flag: str) -> str:
+                              server_unit: str, no_drain_flag: str, remotes: Sequence[str] = ()) -> str:
     """llama-server-watchdog.sh: the workers' HOST:PORT, seconds between looks, retransmissions that mean a
     worker is gone, seconds to leave llama-server after a restart, its unit, and the file that tells its
-    stop not to drain the front (front-drain.sh)."""
+    stop not to drain the front (front-drain.sh); remotes: the tunnels' far ends, if any."""
+    tunnels = {"TUNNEL_REMOTES": _words("remotes", remotes)} if remotes else {}
     return env_file(RPC_ENDPOINTS=_words("endpoints", endpoints), INTERVAL=interval, RETRANSMISSIONS=retransmissions,
-                    GRACE=grace, SERVER_UNIT=server_unit, NO_DRAIN_FLAG=no_drain_flag)
+                    GRACE=grace, SERVER_UNIT=server_unit, NO_DRAIN_FLAG=no_drain_flag, **tunnels)
 
 
 def front_drain_env(*, socket: str, backend: str, server: str, drain_seconds: int, no_drain_flag: str) -> str:

@@ -347,8 +347,8 @@ def watchdog_files(cluster: Cluster) -> dict[str, str]:
         **_program(s["deploy_dir"], "llama-server-watchdog.sh",
                    # through a tunnel, llama-server's connection ends on the coordinator: a worker that closed
                    # shows there (the tunnel closes it too), a network that dropped on stunnel's connection out
-                   programs.llama_server_watchdog_env(endpoints=cluster.rpc_endpoints + [w.rpc_remote for w in cluster.tunnelled],
-                                                      interval=WATCHDOG_INTERVAL,
+                   programs.llama_server_watchdog_env(endpoints=cluster.rpc_endpoints, interval=WATCHDOG_INTERVAL,
+                                                      remotes=[w.rpc_remote for w in cluster.tunnelled],
                                                       retransmissions=WATCHDOG_RETRANSMISSIONS,
                                                       grace=3 * WATCHDOG_INTERVAL, server_unit=COORDINATOR_UNIT,
                                                       no_drain_flag=NO_DRAIN_FLAG)),

@@ -242,9 +242,10 @@ class Coordinator(Host):
         for state, line in (("established", established), ("close-wait", close_wait)):
             (self.dir / f"{state}@{endpoint}").write_text(line.format(dst=endpoint) + "\n" if line else "")
 
-    def watch(self, passes, endpoints=(ENDPOINT,), retransmissions=7):
+    def watch(self, passes, endpoints=(ENDPOINT,), retransmissions=7, remotes=()):
         env = llama_server_watchdog_env(endpoints=list(endpoints), interval=5, retransmissions=retransmissions,
-                                        grace=15, server_unit=SERVER_UNIT, no_drain_flag=str(self.flag))
+                                        grace=15, server_unit=SERVER_UNIT, no_drain_flag=str(self.flag),
+                                        remotes=list(remotes))
         return self.run("llama-server-watchdog.sh", env, "--passes", str(passes))
 
     def flag_at_restarts(self):
@@ -315,6 +316,30 @@ def test_each_worker_is_watched_and_one_restart_is_enough(tmp_path):
     result = host.watch(passes=1, endpoints=(ENDPOINT, OTHER))
     assert result.stdout.startswith(f"rpc-server at {ENDPOINT} closed") and result.stdout.count("\n") == 1
     assert host.restarts() == [f"restart --no-block {SERVER_UNIT}"]
+
+
+TUNNEL_END, REMOTE = "127.0.0.1:50100", "10.0.0.20:50053"
+
+
+@pytest.mark.parametrize("local,remote,why", [
+    # a worker's rpc-server closed: its tunnel closes llama-server's connection at this host's end
+    (dict(close_wait=IDLE), {}, f"rpc-server at {TUNNEL_END} closed llama-server's connection"),
+    # the network dropped: data waits on the tunnel's own connection out, not on llama-server's
+    ({}, dict(established=retransmitting(8)), f"the tunnel to rpc-server at {REMOTE} stopped getting data acknowledged"),
+    # the tunnel's normal close (a router's child left, the worker's end answered first): nothing lost
+    ({}, dict(close_wait=IDLE), None),
+    ({}, dict(established=retransmitting(3)), None),
+])
+def test_through_a_tunnel_both_legs_are_watched(tmp_path, local, remote, why):
+    host = Coordinator(tmp_path)
+    host.connections(TUNNEL_END, **local)
+    host.connections(REMOTE, **remote)
+    result = host.watch(passes=1, endpoints=(TUNNEL_END,), remotes=(REMOTE,))
+    assert result.returncode == 0, result.stderr
+    if why:
+        assert result.stdout.startswith(why) and host.restarts() == [f"restart --no-block {SERVER_UNIT}"]
+    else:
+        assert result.stdout == "" and host.restarts() == []
 
 
 def test_nothing_while_llama_server_is_not_running(tmp_path):
@@ -796,7 +821,7 @@ def test_the_deploy_ships_each_program_unchanged_next_to_its_settings():
                                                                                 image=IMAGE, remotes=remotes)
     # the watchdog looks at llama-server's connections to the tunnels' ends and at the tunnels' own to the workers
     assert files["/opt/llama-rpc/llama-server-watchdog.env"] == llama_server_watchdog_env(
-        endpoints=endpoints + remotes, interval=5, retransmissions=7, grace=15, server_unit=SERVER_UNIT,
+        endpoints=endpoints, remotes=remotes, interval=5, retransmissions=7, grace=15, server_unit=SERVER_UNIT,
         no_drain_flag=render.NO_DRAIN_FLAG)
     # the watchdog leaves its file where front-drain.sh looks for it
     assert files["/opt/llama-rpc/front-drain.env"] == front_drain_env(
