@@ -38,9 +38,10 @@ def changed(ops: list[dict], prefix: str) -> list[str]:
 
 # what a failed deploy must leave as it was on every host: files, services, containers, images, firewall
 STATE = ("sha256sum /opt/llama-rpc/* /etc/systemd/system/rpc-server.service /etc/systemd/system/llama-server.service "
-         "/etc/llama-rpc/* /root/.ssh/authorized_keys 2>/dev/null; "
+         "/etc/systemd/system/llama-rpc-tunnel.service /etc/llama-rpc/* /etc/llama-rpc-tunnel/* "
+         "/root/.ssh/authorized_keys 2>/dev/null; "
          "find /models /var/cache/llama-rpc -exec stat -c '%n %s %Y' {} + 2>/dev/null | sort; "
-         "systemctl show -p ActiveEnterTimestampMonotonic -p NRestarts rpc-server llama-server; "
+         "systemctl show -p ActiveEnterTimestampMonotonic -p NRestarts rpc-server llama-server llama-rpc-tunnel; "
          "for c in $(docker ps -q); do docker inspect --format '{{.Name}} {{.State.StartedAt}}' $c; done | sort; "
          "docker images -q | sort; iptables -S")
 

@@ -145,8 +145,10 @@ def test_deploy_killed_during_the_service_restart_is_completed_by_the_next(clust
 
 def test_a_worker_on_another_rpc_protocol_is_refused_by_name(cluster):
     """A stand-in for an rpc-server of another llama.cpp build (it answers HELLO as protocol 6.1.0):
-    llama-server does not start, and its log names both versions."""
-    address, port = lab.ip_of(WORKER1), cluster.workers[0].settings["rpc_port"]
+    llama-server does not start, and its log names both versions. (Where rpc-server listens: on loopback
+    behind the tunnel, which carries the stand-in's answer as it would rpc-server's.)"""
+    worker = cluster.workers[0]
+    address, port = worker.rpc_bind, worker.settings["rpc_port"]
     reply = r"\034\0\0\0\0\0\0\0\006\001\0\0" + r"\0" * 24  # size 28, then 6.1.0, padding, capabilities
     on(WORKER1, "systemctl stop rpc-server-watchdog rpc-server")
     on(WORKER1, f"setsid sh -c 'while :; do printf \"{reply}\" | nc -l -N {address} {port}; done' >/dev/null 2>&1 & "
@@ -157,7 +159,7 @@ def test_a_worker_on_another_rpc_protocol_is_refused_by_name(cluster):
         while "speaks RPC protocol" not in log and time.monotonic() < deadline:
             time.sleep(1)
             log = on(COORDINATOR, "journalctl -u llama-server -n 30 --no-pager -o cat").stdout
-        assert f"rpc-server at {address}:{port} speaks RPC protocol 6.1.0, this llama-server 7.0.0" in log
+        assert f"rpc-server at {worker.rpc_endpoint} speaks RPC protocol 6.1.0, this llama-server 7.0.0" in log
         assert on(COORDINATOR, "docker ps -q --filter name=llama-server").stdout.strip() == ""  # never started
     finally:
         on(WORKER1, "kill -- -$(cat /run/fake-rpc-server.pid); sleep 1; systemctl start rpc-server rpc-server-watchdog")

@@ -51,13 +51,15 @@ def http(run, cluster, path: str, key: str | None = None) -> str:
 
 
 def test_outsider_cannot_open_the_rpc_port_but_the_coordinator_can(cluster):
-    port = cluster.workers[0].settings["rpc_port"]
-    for index in range(1, WORKERS + 1):
+    """The port a worker opens (the tunnel's) is firewalled; rpc-server's own is not even on the network."""
+    for worker, index in zip(cluster.workers, range(1, WORKERS + 1)):
         assert opens(outsider, lab.ip_of(index), 22)  # the network reaches the worker ...
-        assert not opens(outsider, lab.ip_of(index), port)  # ... the firewall stops the RPC port
-        # the coordinator is let in: llama-server holds its connection (a second one would wait behind it,
-        # and the worker's watchdog takes a waiting connection for a sign that the served one is dead)
-        assert on(0, f"ss -Htn state established dst {lab.ip_of(index)}:{port}").stdout.strip()
+        assert not opens(outsider, lab.ip_of(index), worker.exposed_port)  # ... the firewall stops the RPC port
+        assert not opens(outsider, lab.ip_of(index), worker.settings["rpc_port"])
+        # the coordinator is let in: its connection is held (by llama-server, or by the tunnel's end for it; a
+        # second one would wait behind it, and the worker's watchdog takes a waiting connection for a sign that
+        # the served one is dead)
+        assert on(0, f"ss -Htn state established dst {worker.rpc_remote}").stdout.strip()
 
 
 def test_outsider_needs_the_api_key(cluster):
@@ -80,7 +82,7 @@ def test_worker_reboot_keeps_the_rule_once_and_the_cluster_serves_again(cluster)
     while on(1, "systemctl is-active rpc-server").stdout.strip() != "active" and time.monotonic() < deadline:
         time.sleep(1)
     assert len(rules(1)) == 1
-    assert not opens(outsider, lab.ip_of(1), cluster.workers[0].settings["rpc_port"])
+    assert not opens(outsider, lab.ip_of(1), cluster.workers[0].exposed_port)
     assert until_serving(cluster, 180, expect_down=False).seconds is not None
 
 
