@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import pprint
+import re
 import secrets
 import shutil
 import shlex
@@ -369,6 +370,17 @@ def pin(unpin: bool = False) -> None:
         cpus = f"0-{ncpu - 1}" if unpin else ("0" if container.endswith("-coordinator") else str(ncpu - 1))
         docker("update", "--cpuset-cpus", cpus, container)
         log(f"{container} on cpus {cpus}")
+
+
+def reconnect(container: str, ip: str) -> None:
+    """Put a lab host (back) on the lab's network at ip, its interface named eth0 as at its start (Docker names
+    a reconnected one eth1): the benchmarks and tests read eth0."""
+    docker("network", "connect", "--ip", ip, NETWORK, container)
+    gateway = SUBNET.rsplit(".", 1)[0] + ".1"
+    docker("exec", container, "sh", "-c",
+           f"dev=$(ip -o -4 addr show | awk '$4 ~ /^{re.escape(ip)}\\// {{ print $2 }}'); [ \"$dev\" = eth0 ] || "
+           f"{{ ip link set \"$dev\" down && ip link set \"$dev\" name eth0 && ip link set eth0 up && "
+           f"ip route replace default via {gateway} dev eth0; }}")
 
 
 def free_ports(n: int) -> list[int]:

@@ -116,7 +116,7 @@ def test_an_impostor_with_the_coordinators_address_completes_no_rpc_hello(cluste
         subprocess.run(["docker", "network", "disconnect", lab.NETWORK, outsider], capture_output=True)
         subprocess.run(["docker", "network", "connect", "--ip", lab.ip_of(lab.OUTSIDER_IP_INDEX), lab.NETWORK, outsider],
                        capture_output=True)
-        subprocess.run(["docker", "network", "connect", "--ip", lab.ip_of(0), lab.NETWORK, coordinator], capture_output=True)
+        lab.reconnect(coordinator, lab.ip_of(0))
         for index in range(1, WORKERS + 1):
             on(index, "ip neigh flush all")
         on(0, "systemctl start llama-server llama-server-watchdog")
