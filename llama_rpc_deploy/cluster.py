@@ -51,8 +51,15 @@ class HostPlan:
 
     @property
     def exposed_port(self) -> int:
-        """The port the worker opens to the network (and its firewall rule guards)."""
+        """The port the worker opens to the network."""
         return self.settings["rpc_tunnel_port"] if self.tunnelled else self.settings["rpc_port"]
+
+    @property
+    def firewalled_ports(self) -> list[int]:
+        """The ports the worker's firewall rule guards: the one it opens, and rpc-server's own behind a tunnel too
+        (on loopback it is out of the network's reach; guarded all the same, so that no deploy that moves
+        rpc-server between its address and loopback ever leaves it open)."""
+        return [self.exposed_port] + ([self.settings["rpc_port"]] if self.tunnelled else [])
 
     @property
     def rpc_endpoint(self) -> str:

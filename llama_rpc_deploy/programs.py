@@ -99,6 +99,7 @@ def cache_prune_env(*, cache_dir: str, max_bytes: int, min_age: int) -> str:
     return env_file(CACHE_DIR=cache_dir, MAX_BYTES=max_bytes, MIN_AGE=min_age)
 
 
-def firewall_env(*, port: int, chain: str, ipv4: Sequence[str], ipv6: Sequence[str]) -> str:
-    """rpc-firewall.sh: rpc-server's port, our iptables chain, the sources admitted per address family."""
-    return env_file(RPC_PORT=port, CHAIN=chain, ALLOW_IPV4=_words("ipv4", ipv4), ALLOW_IPV6=_words("ipv6", ipv6))
+def firewall_env(*, ports: Sequence[int], chain: str, ipv4: Sequence[str], ipv6: Sequence[str]) -> str:
+    """rpc-firewall.sh: the worker's RPC ports, our iptables chain, the sources admitted per address family."""
+    return env_file(RPC_PORTS=_words("ports", ports), CHAIN=chain, ALLOW_IPV4=_words("ipv4", ipv4),
+                    ALLOW_IPV6=_words("ipv6", ipv6))

@@ -37,7 +37,9 @@ TUNNEL_UNIT = "llama-rpc-tunnel.service"  # stunnel: the worker's TLS end, or th
 TUNNEL_CONFIG = "rpc-tunnel.conf"  # in deploy_dir
 STUNNEL = "/usr/bin/stunnel4"  # Debian's stunnel4 package
 TUNNEL_PACKAGES = ("stunnel4",)
-TUNNEL_IDLE_SECONDS = 10 * 365 * 86400  # stunnel's TIMEOUTidle (its default, 12 h, would cut an idle llama-server)
+# stunnel's TIMEOUTidle: its default, 12 h, would cut an idle llama-server's connections (and the watchdog would
+# restart it); the most stunnel can wait, as it polls with an int of milliseconds, is 2147483 s (24.8 days)
+TUNNEL_IDLE_SECONDS = 2147483
 WATCHDOG_UNIT = "llama-server-watchdog.service"
 WORKER_WATCHDOG_UNIT = "rpc-server-watchdog.service"
 CACHE_PRUNE_UNIT, CACHE_PRUNE_TIMER = "rpc-cache-prune.service", "rpc-cache-prune.timer"
@@ -208,8 +210,8 @@ def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, st
 
 
 def firewall_files(cluster: Cluster, worker: HostPlan) -> dict[str, str]:
-    """Path on the worker -> content: the rule that admits the port it opens to the network (the tunnel's, or
-    rpc_port) only from the coordinator, and its unit."""
+    """Path on the worker -> content: the rule that admits its RPC ports (the tunnel's and rpc_port) only from
+    the coordinator, and its unit."""
     s = worker.settings
     if not s["rpc_firewall"]:
         return {}
@@ -218,7 +220,7 @@ def firewall_files(cluster: Cluster, worker: HostPlan) -> dict[str, str]:
     ipv6 = [c for c in clients if ipaddress.ip_network(c, strict=False).version == 6]
     return {
         **_program(s["deploy_dir"], "rpc-firewall.sh",
-                   programs.firewall_env(port=worker.exposed_port, chain=FIREWALL_CHAIN, ipv4=ipv4, ipv6=ipv6)),
+                   programs.firewall_env(ports=worker.firewalled_ports, chain=FIREWALL_CHAIN, ipv4=ipv4, ipv6=ipv6)),
         f"{UNIT_DIR}/{FIREWALL_UNIT}": _render("rpc-firewall.service.j2", deploy_dir=s["deploy_dir"],
                                                worker_unit=WORKER_UNIT),
     }

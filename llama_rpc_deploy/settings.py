@@ -269,7 +269,7 @@ SETTINGS: tuple[Setting, ...] = (
       "Extra llama-server arguments, one list item per word. Speculative decoding / MTP stays off "
       "unless added here: over RPC it measured slower.", "server"),
     S("llama_health_timeout", 900, _int(10, 86400), "Seconds the deploy waits for llama-server's /health after a (re)start.", "server"),
-    S("rpc_tunnel_local_port", 50100, _int(1, 65000),
+    S("rpc_tunnel_local_port", 50100, _int(1024, 65000),
       "The coordinator's end of the first tunnelled worker's tunnel, on 127.0.0.1 (llama-server's --rpc); "
       "the next workers get the next ports, in inventory order.", "server"),
     S("rpc_tunnel_key_generation", 1, _int(1, 1000000),
@@ -286,7 +286,9 @@ SETTINGS: tuple[Setting, ...] = (
       "stunnel, mutual TLS 1.3 with certificates of the deploy's own CA: only the coordinator can speak RPC. "
       "'plain': rpc-server on rpc_host, guarded by the firewall rule alone (any device that takes the "
       "coordinator's address gets in); the deploy warns each run.", "rpc"),
-    S("rpc_tunnel_port", 50053, PORT, "The tunnel's TLS port on the worker (rpc_transport 'tunnel'), on rpc_host.", "rpc"),
+    S("rpc_tunnel_port", 50053, _int(1024, 65535),
+      "The tunnel's TLS port on the worker (rpc_transport 'tunnel'), on rpc_host; stunnel runs as the service user, "
+      "so not a privileged port.", "rpc"),
     S("rpc_firewall", True, BOOL,
       "A host firewall rule (iptables, its own chain) that admits the worker's RPC port (rpc_tunnel_port, or "
       "rpc_port when plain) only from rpc_allow_from; kept "

@@ -75,13 +75,13 @@ def rules(index: int) -> list[str]:
 
 def test_worker_reboot_keeps_the_rule_once_and_the_cluster_serves_again(cluster):
     container = f"{lab.PREFIX}-{lab.host_names(WORKERS)[1]}"
-    assert len(rules(1)) == 1
+    assert len(rules(1)) == len(cluster.workers[0].firewalled_ports)
     subprocess.run(["docker", "restart", container], check=True, capture_output=True)
     lab.wait_ready(container)
     deadline = time.monotonic() + 60
     while on(1, "systemctl is-active rpc-server").stdout.strip() != "active" and time.monotonic() < deadline:
         time.sleep(1)
-    assert len(rules(1)) == 1
+    assert len(rules(1)) == len(cluster.workers[0].firewalled_ports)
     assert not opens(outsider, lab.ip_of(1), cluster.workers[0].exposed_port)
     assert until_serving(cluster, 180, expect_down=False).seconds is not None
 

@@ -49,7 +49,8 @@ def test_one_transport_for_every_worker():
 
 @pytest.mark.parametrize("worker,coordinator,words", [
     ({"rpc_tunnel_port": 50052}, {}, "rpc_tunnel_port = 50052 on 10.0.0.20 is its rpc_port: expected another port"),
-    ({"rpc_tunnel_port": 22}, {}, "rpc_tunnel_port = 22 on 10.0.0.20 is its SSH port"),
+    ({"rpc_tunnel_port": 2222, "ssh_port": 2222}, {}, "rpc_tunnel_port = 2222 on 10.0.0.20 is its SSH port"),
+    ({"rpc_tunnel_port": 443}, {}, "rpc_tunnel_port = 443: expected an integer from 1024 to 65535"),  # stunnel is no root
     ({}, {"rpc_tunnel_local_port": 8080}, "rpc_tunnel_local_port = 8080 puts 10.0.0.20's tunnel end on the "
                                           "coordinator at port 8080 (llama_port)"),
 ])

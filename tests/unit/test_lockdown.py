@@ -36,11 +36,11 @@ def test_firewall_admits_the_coordinator_only_by_default():
     # exactly the coordinator's address: no other source, no network, nothing over IPv6
     assert (env["ALLOW_IPV4"].split(), env["ALLOW_IPV6"].split()) == (["10.0.0.10"], []), \
         f"the default firewall admits {env['ALLOW_IPV4']!r} (IPv4) and {env['ALLOW_IPV6']!r} (IPv6), not the coordinator only"
-    assert env["RPC_PORT"] == "50053"  # what the worker opens to the network: the tunnel's port
+    assert env["RPC_PORTS"] == "50053 50052"  # the tunnel's port, and rpc-server's own on loopback
     script = worker_files(c, c.workers[0], IMAGE)["/opt/llama-rpc/rpc-server.sh"]
     assert "listens on 127.0.0.1 only, and only the tunnel (llama-rpc-tunnel.service, mutual TLS on port 50053)" in script
     plain = cluster(workers=[{"rpc_transport": "plain"}])
-    assert _env(firewall_files(plain, plain.workers[0])["/opt/llama-rpc/rpc-firewall.env"])["RPC_PORT"] == "50052"
+    assert _env(firewall_files(plain, plain.workers[0])["/opt/llama-rpc/rpc-firewall.env"])["RPC_PORTS"] == "50052"
     assert "rpc-firewall.sh admits only 10.0.0.10.\n" in worker_files(plain, plain.workers[0], IMAGE)["/opt/llama-rpc/rpc-server.sh"]
     unit = files[f"/etc/systemd/system/{FIREWALL_UNIT}"]
     assert "Before=network-pre.target rpc-server.service" in unit and "WantedBy=multi-user.target" in unit

@@ -124,8 +124,8 @@ def test_env_functions_name_each_programs_settings():
         "NO_DRAIN_FLAG=/run/llama-rpc-no-drain\n")
     assert rpc_server_watchdog_env(port=50052, interval=5, patience=20, server_unit=WORKER_UNIT) == (
         f"RPC_PORT=50052\nINTERVAL=5\nPATIENCE=20\nSERVER_UNIT={WORKER_UNIT}\n")
-    assert firewall_env(port=50052, chain="LLAMA-RPC", ipv4=["10.0.0.10", "192.168.1.0/24"], ipv6=[]) == (
-        "RPC_PORT=50052\nCHAIN=LLAMA-RPC\nALLOW_IPV4='10.0.0.10 192.168.1.0/24'\nALLOW_IPV6=''\n")
+    assert firewall_env(ports=[50053, 50052], chain="LLAMA-RPC", ipv4=["10.0.0.10", "192.168.1.0/24"], ipv6=[]) == (
+        "RPC_PORTS='50053 50052'\nCHAIN=LLAMA-RPC\nALLOW_IPV4='10.0.0.10 192.168.1.0/24'\nALLOW_IPV6=''\n")
     with pytest.raises(TypeError, match="endpoints"):
         wait_for_workers_env(endpoints=ENDPOINT, timeout=45, image=IMAGE)  # a string, not a list of them
     with pytest.raises(TypeError):
@@ -163,7 +163,7 @@ SETTINGS = {
                                                           grace=15, server_unit=SERVER_UNIT,
                                                           no_drain_flag="/nonexistent/no-drain"),
     "rpc-server-watchdog.sh": rpc_server_watchdog_env(port=50052, interval=5, patience=20, server_unit=WORKER_UNIT),
-    "rpc-firewall.sh": firewall_env(port=50052, chain="LLAMA-RPC", ipv4=["10.0.0.10"], ipv6=[]),
+    "rpc-firewall.sh": firewall_env(ports=[50052], chain="LLAMA-RPC", ipv4=["10.0.0.10"], ipv6=[]),
     "rpc-cache-prune.sh": cache_prune_env(cache_dir="/nonexistent/rpc", max_bytes=1 << 30, min_age=10),
     "front-drain.sh": front_drain_env(socket="/nonexistent/admin.sock", backend="llama-server", server="llama-server",
                                       drain_seconds=5, no_drain_flag="/nonexistent/no-drain"),
@@ -715,9 +715,10 @@ class Firewalled(Host):
                            f'*" -S "*) /bin/cat {tmp_path}/{ipt}.input ;; '
                            f'*" -I "*) {"exit 1" if ipt in fail else "exit 0"} ;; esac')
 
-    def apply(self, ipv4=("10.0.0.10",), ipv6=(), port=50052):
+    def apply(self, ipv4=("10.0.0.10",), ipv6=(), ports=(50052,)):
         # PATH: the stand-ins only, so "no ip6tables" means none, wherever this runs
-        return self.run("rpc-firewall.sh", firewall_env(port=port, chain="LLAMA-RPC", ipv4=list(ipv4), ipv6=list(ipv6)),
+        return self.run("rpc-firewall.sh", firewall_env(ports=list(ports), chain="LLAMA-RPC", ipv4=list(ipv4),
+                                                        ipv6=list(ipv6)),
                         path=str(self.bin))
 
     def rules(self, ipt):
@@ -733,7 +734,7 @@ LIST = "--wait -S INPUT"
 
 
 def jump(ipt, op, port=50052):
-    return f"--wait {op} INPUT {'1 ' if op == '-I' else ''}-p tcp --dport {port} -j LLAMA-RPC"
+    return f"--wait {op} INPUT {'1 ' if op == '-I' else ''}! -i lo -p tcp --dport {port} -j LLAMA-RPC"
 
 
 def test_firewall_admits_the_coordinator_only_by_default(tmp_path):
@@ -750,7 +751,7 @@ def test_firewall_admits_the_coordinator_only_by_default(tmp_path):
 
 def test_firewall_sources_by_family(tmp_path):
     host = Firewalled(tmp_path)
-    result = host.apply(ipv4=["192.168.1.0/24", "10.0.0.10"], ipv6=["fd00::10", "fd00:1::/64"], port=50100)
+    result = host.apply(ipv4=["192.168.1.0/24", "10.0.0.10"], ipv6=["fd00::10", "fd00:1::/64"], ports=[50100])
     assert result.returncode == 0, result.stderr
     assert host.rules("iptables") == chain("192.168.1.0/24", "10.0.0.10")
     assert host.rules("ip6tables") == chain("fd00::10", "fd00:1::/64")
@@ -767,16 +768,21 @@ def test_firewall_adds_the_jump_only_when_it_is_missing(tmp_path, present):
         assert host.calls(f"{ipt}-restore") == ["--wait --noflush"]  # the chain is replaced every time
 
 
-def test_firewall_removes_a_jump_for_another_port_after_adding_its_own(tmp_path):
-    """The port changed (rpc_port, or the tunnel's once rpc-server moved to loopback): the old jump would reject
-    connections to the old port, the tunnel's own to rpc-server on loopback among them. Other rules stay."""
-    rules = ["-A INPUT -p tcp -m tcp --dport 50052 -j LLAMA-RPC", "-A INPUT -p tcp -m tcp --dport 50053 -j LLAMA-RPC",
-             "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT", "-A INPUT -p tcp -m tcp --dport 50052 -j LLAMA-RPC-OTHER"]
+def test_firewall_guards_every_port_and_removes_other_jumps_after_adding_its_own(tmp_path):
+    """The tunnel's port and rpc-server's, each jump in before any old one goes: a jump for a port no longer ours,
+    or one of an earlier version that caught loopback too (it reset the tunnel's own connections to rpc-server),
+    goes. Other rules stay."""
+    rules = ["-A INPUT -p tcp -m tcp --dport 50052 -j LLAMA-RPC", "-A INPUT ! -i lo -p tcp -m tcp --dport 50053 -j LLAMA-RPC",
+             "-A INPUT ! -i lo -p tcp -m tcp --dport 50060 -j LLAMA-RPC", "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
+             "-A INPUT -p tcp -m tcp --dport 50052 -j LLAMA-RPC-OTHER"]
     host = Firewalled(tmp_path, present=("iptables", "ip6tables"), rules=rules)
-    result = host.apply(port=50053)
+    result = host.apply(ports=[50053, 50052])
     assert result.returncode == 0, result.stderr
+    assert result.stdout == "ports 50053, 50052/tcp: only from 10.0.0.10\n"
     for ipt in ("iptables", "ip6tables"):
-        assert host.calls(ipt) == [jump(ipt, "-C", 50053), LIST, f"--wait -D INPUT -p tcp -m tcp --dport 50052 -j LLAMA-RPC"]
+        assert host.calls(ipt) == [jump(ipt, "-C", 50053), jump(ipt, "-C", 50052), LIST,
+                                   "--wait -D INPUT -p tcp -m tcp --dport 50052 -j LLAMA-RPC",
+                                   "--wait -D INPUT ! -i lo -p tcp -m tcp --dport 50060 -j LLAMA-RPC"]
 
 
 def test_firewall_without_ip6tables(tmp_path):
@@ -848,8 +854,9 @@ def test_the_deployed_firewall_admits_the_allowed_sources_by_family(tmp_path, al
     result = host.run("rpc-firewall.sh", env, path=str(host.bin))
     assert result.returncode == 0, result.stderr
     assert host.rules("iptables") == chain(*ipv4) and host.rules("ip6tables") == chain(*ipv6)
-    assert host.calls("iptables")[-2:] == [jump("iptables", "-I", 50100), LIST]
-    assert result.stdout == f"port 50100/tcp: only from {', '.join(ipv4 + ipv6)}\n"
+    assert host.calls("iptables")[-4:] == [jump("iptables", "-I", 50100), jump("iptables", "-C", 50052),
+                                           jump("iptables", "-I", 50052), LIST]  # the tunnel's port, then rpc-server's
+    assert result.stdout == f"ports 50100, 50052/tcp: only from {', '.join(ipv4 + ipv6)}\n"
 
 
 def test_the_deployed_wait_for_workers_checks_each_worker(tmp_path):

@@ -18,20 +18,21 @@ def _firewall(worker_plan):
 
 
 def test_rpc_port_admits_only_the_allowed_clients(worker, worker_plan, deployment):
-    """Exactly our rules: one jump, first in INPUT, to a chain that accepts the coordinator and resets the rest;
-    for the port the worker opens to the network (the tunnel's, or rpc-server's own when plain)."""
+    """Exactly our rules: one jump a port (the tunnel's and rpc-server's, or rpc-server's when plain), first in
+    INPUT, for what comes from the network (not loopback), to a chain that accepts the coordinator and resets the rest."""
     _firewall(worker_plan)
-    port, chain = worker_plan.exposed_port, render.FIREWALL_CHAIN
+    chain = render.FIREWALL_CHAIN
     rules = [r for r in worker.check_output("iptables -S INPUT").splitlines() if r.startswith("-A INPUT")]
     jumps = [r for r in rules if f"-j {chain}" in r]
-    assert jumps == [f"-A INPUT -p tcp -m tcp --dport {port} -j {chain}"], rules  # once, however often deployed
-    assert rules[0] == jumps[0], "another INPUT rule comes before the RPC port's"
+    expected = [f"-A INPUT ! -i lo -p tcp -m tcp --dport {port} -j {chain}" for port in worker_plan.firewalled_ports]
+    assert sorted(jumps) == sorted(expected), rules  # once each, however often deployed
+    assert sorted(rules[:len(jumps)]) == sorted(jumps), "another INPUT rule comes before the RPC ports'"
     accept = [f"-A {chain} -s {s if '/' in s else s + '/32'} -j ACCEPT"
               for s in allowed_clients(deployment.cluster, worker_plan) if ":" not in s]
     assert worker.check_output(f"iptables -S {chain}").splitlines() == [
         f"-N {chain}", *accept, f"-A {chain} -p tcp -j REJECT --reject-with tcp-reset"]
     if worker.exists("ip6tables"):
-        assert f"-A INPUT -p tcp -m tcp --dport {port} -j {chain}" in worker.check_output("ip6tables -S INPUT")
+        assert set(expected) <= set(worker.check_output("ip6tables -S INPUT").splitlines())
 
 
 def test_firewall_unit_enabled_and_required_by_rpc_server(worker, worker_plan):
