@@ -46,8 +46,7 @@ class HostPlan:
     @property
     def rpc_remote(self) -> str:
         """What the coordinator connects to over the network: the tunnel's TLS end, or rpc-server itself."""
-        port = self.settings["rpc_tunnel_port"] if self.tunnelled else self.settings["rpc_port"]
-        return f"{self.settings['rpc_host'] or self.address}:{port}"
+        return f"{self.settings['rpc_host'] or self.address}:{self.exposed_port}"
 
     @property
     def exposed_port(self) -> int:
@@ -95,6 +94,13 @@ class Cluster:
     def tunnelled(self) -> list[HostPlan]:
         """The workers reached through a tunnel (rpc_transport = 'tunnel')."""
         return [w for w in self.workers if w.tunnelled]
+
+    def tunnels_at(self, host: HostPlan) -> list[HostPlan]:
+        """The workers whose tunnel has an end on host: every tunnelled one on the coordinator, itself on a
+        tunnelled worker, none on a plain one. host runs the tunnel's service when this is not empty."""
+        if host.name == self.coordinator.name:
+            return self.tunnelled
+        return [host] if host.tunnelled else []
 
     @property
     def devices(self) -> list[str]:

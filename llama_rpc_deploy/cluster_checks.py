@@ -263,9 +263,8 @@ def tunnel_ports_apart(cluster: Cluster, inventory_file: str) -> None:
 def tunnel_keys_private(cluster: Cluster, inventory_file: str) -> None:
     """The tunnel's keys and certificates on this machine are readable by their owner alone."""
     if cluster.tunnelled:
-        generation = cluster.settings["rpc_tunnel_key_generation"]
-        tunnel.check_modes(tunnel.folder(paths.STATE, generation), cluster.coordinator.origins["rpc_tunnel_key_generation"]
-                           + f" (rpc_tunnel_key_generation = {generation})")
+        generation, origin = tunnel.generation(cluster)
+        tunnel.check_modes(tunnel.folder(paths.STATE, generation), origin)
 
 
 # the checks of the settings a model of llama_models may set for itself, run once per model

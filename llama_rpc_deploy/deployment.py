@@ -105,10 +105,8 @@ def tunnel_keys(cluster: Cluster, state_dir: Path = STATE) -> Path | None:
     """The RPC tunnel's keys for every host that needs them (tunnel.ensure), when a worker is tunnelled."""
     if not cluster.tunnelled:
         return None
-    generation = cluster.settings["rpc_tunnel_key_generation"]
-    return tunnel.ensure(state_dir, generation, [cluster.coordinator.name] + [w.name for w in cluster.tunnelled],
-                         cluster.coordinator.origins["rpc_tunnel_key_generation"]
-                         + f" (rpc_tunnel_key_generation = {generation})")
+    generation, origin = tunnel.generation(cluster)
+    return tunnel.ensure(state_dir, generation, [cluster.coordinator.name] + [w.name for w in cluster.tunnelled], origin)
 
 
 # --- the same Inventory outside a pyinfra run: for config.py's preflight, the commands, the testinfra suite ---

@@ -230,19 +230,19 @@ def tunnel_files(cluster: Cluster, me: HostPlan) -> dict[str, str]:
     """Path on the host -> content: stunnel's configuration and unit. On a tunnelled worker, the TLS end on
     rpc_tunnel_port that admits the coordinator's certificate alone and leads to rpc-server on loopback; on the
     coordinator, one end per tunnelled worker on 127.0.0.1 (llama-server's --rpc). {} where nothing is tunnelled."""
-    s = me.settings
-    if me.name == cluster.coordinator.name and cluster.tunnelled:
+    s, tunnels = me.settings, cluster.tunnels_at(me)
+    if not tunnels:
+        return {}
+    if me.name == cluster.coordinator.name:
         services = [dict(name=w.name, client=True, accept=w.rpc_endpoint, connect=w.rpc_remote,
-                         peer=tunnel.tunnel_name(w.name)) for w in cluster.tunnelled]
-        what = f"llama-server's ends of the tunnels to {', '.join(w.name for w in cluster.tunnelled)}"
+                         peer=tunnel.tunnel_name(w.name)) for w in tunnels]
+        what = f"llama-server's ends of the tunnels to {', '.join(w.name for w in tunnels)}"
         before = COORDINATOR_UNIT
-    elif me.name != cluster.coordinator.name and me.tunnelled:
+    else:
         services = [dict(name="rpc-server", client=False, accept=me.rpc_remote,
                          connect=f"127.0.0.1:{s['rpc_port']}", peer=tunnel.tunnel_name(cluster.coordinator.name))]
         what = f"the coordinator's way in to rpc-server (port {s['rpc_tunnel_port']} to 127.0.0.1:{s['rpc_port']})"
         before = ""
-    else:
-        return {}
     config = f"{s['deploy_dir']}/{TUNNEL_CONFIG}"
     return {
         config: _render("rpc-tunnel.conf.j2", host_name=me.name, what=what, tunnel_dir=tunnel.TUNNEL_DIR,

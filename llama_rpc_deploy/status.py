@@ -167,8 +167,8 @@ def collect(cluster: Cluster, inventory: Path) -> list[HostStatus]:
         for host in cluster.hosts:
             role = cluster.role(host.name)
             try:
-                tunnel = bool(cluster.tunnelled) if role == COORDINATOR else host.tunnelled
-                result = run(host.name, "bash -s", input=host_script(host, role, tunnel), timeout=60)
+                result = run(host.name, "bash -s", input=host_script(host, role, bool(cluster.tunnels_at(host))),
+                             timeout=60)
                 output = result.stdout if result.returncode == 0 else ""
             except subprocess.TimeoutExpired:
                 output = ""

@@ -42,6 +42,12 @@ def folder(state: Path, generation: int) -> Path:
     return state / "tunnel" / str(generation)
 
 
+def generation(cluster) -> tuple[int, str]:
+    """rpc_tunnel_key_generation, and where it was set (for messages about its folder)."""
+    value = cluster.settings["rpc_tunnel_key_generation"]
+    return value, f"{cluster.coordinator.origins['rpc_tunnel_key_generation']} (rpc_tunnel_key_generation = {value})"
+
+
 def check_modes(where: Path, origin: str) -> None:
     """Every file of the generation folder readable by its owner only, the folder itself 700: a key someone
     else can read is a key someone else may have. origin names the setting, for the message."""

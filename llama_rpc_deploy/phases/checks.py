@@ -39,7 +39,7 @@ def host_is_ready(run: Run) -> None:
     ports = ({"llama_port": ("the front", {"haproxy", "llama-server"}), "llama_server_port": ("llama-server", {"llama-server"})}
              if role == COORDINATOR else {"rpc_port": ("rpc-server", {"rpc-server"})})
     ports = [(key, s[key], ours, names) for key, (ours, names) in ports.items()]
-    tunnels = cluster.tunnelled if role == COORDINATOR else [me] if me.tunnelled else []
+    tunnels = cluster.tunnels_at(me)
     if tunnels:
         tunnel_is_possible(tunnels[0].origins["rpc_transport"])
         ports += ([("rpc_tunnel_local_port", w.tunnel_end, f"the tunnel to {w.name}", {"stunnel4"}) for w in tunnels]

@@ -71,6 +71,13 @@ def service(name: str, unit: str, files_ops: list, **arguments) -> Started:
     return Started(restart, ensure, restarts)
 
 
+def debian_packages(what: str, packages: tuple[str, ...]):
+    """Debian's packages installed (no recommends), the package lists updated first only when one is missing."""
+    missing = [p for p in packages if p not in (host.get_fact(DebPackages) or {})]
+    return apt.packages(name=f"{what}: {', '.join(packages)}", packages=list(packages), update=bool(missing),
+                        no_recommends=True)
+
+
 def install_tunnel(run: Run, me) -> None:
     """stunnel with this host's key and certificate (tunnel.py) and its configuration (render.tunnel_files).
     New keys or peers reload it (the connections open stay up); a new unit restarts it, which cuts them, so it
@@ -85,9 +92,7 @@ def install_tunnel(run: Run, me) -> None:
                      commands=[f"systemctl disable --now {render.TUNNEL_UNIT}; rm -rf {shell(tunnel.TUNNEL_DIR)} "
                                f"{shell(config)} {shell(unit)} && systemctl daemon-reload"] if left else [])
         return
-    missing = [p for p in render.TUNNEL_PACKAGES if p not in (host.get_fact(DebPackages) or {})]
-    apt.packages(name=f"The tunnel's package: {', '.join(render.TUNNEL_PACKAGES)}", packages=list(render.TUNNEL_PACKAGES),
-                 update=bool(missing), no_recommends=True)
+    debian_packages("The tunnel's package", render.TUNNEL_PACKAGES)
     files.directory(name=f"{tunnel.TUNNEL_DIR}: the tunnel's keys (mode 700, owner {SERVICE_USER})",
                     path=tunnel.TUNNEL_DIR, user=SERVICE_USER, group=SERVICE_USER, mode="700")
     keys = [operations.secret_file(name=f"Tunnel: {dest} (mode 400, owner {SERVICE_USER}, content never shown)",
@@ -175,9 +180,7 @@ def install_front(run: Run):
     the drain: the front stops sending new requests to llama-server (it holds them) and waits, bounded,
     for those in flight. llama-server cannot survive a worker's restart, so this comes before the workers'."""
     cluster = run.deployment.cluster
-    missing = [p for p in FRONT_PACKAGES if p not in (host.get_fact(DebPackages) or {})]
-    apt.packages(name=f"The front's packages: {', '.join(FRONT_PACKAGES)}", packages=list(FRONT_PACKAGES),
-                 update=bool(missing), no_recommends=True)
+    debian_packages("The front's packages", FRONT_PACKAGES)
     changed = any(op.will_change for op in put_all(run, render.front_files(cluster)))
     server.shell(name="The front reloaded on its new files, if it runs (its requests in flight finish in the old process)",
                  commands=[f"systemctl daemon-reload && systemctl try-reload-or-restart {render.FRONT_UNIT}"]
