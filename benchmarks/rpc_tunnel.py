@@ -62,12 +62,13 @@ def deploy(*data: str) -> float:
 
 
 def shape(rate: str | None) -> None:
-    """Every lab host's egress on eth0 (its lab network) at rate (tc tbf), or unshaped."""
-    for host in lab.host_names(2):
+    """Every lab host's egress on its lab network interface at rate (tc tbf), or unshaped."""
+    for index, host in enumerate(lab.host_names(2)):
+        dev = lab.lab_interface(f"{lab.PREFIX}-{host}", lab.ip_of(index))
         if rate:
-            on(host, f"tc qdisc replace dev eth0 root tbf rate {rate} burst 256kb latency 50ms")
+            on(host, f"tc qdisc replace dev {dev} root tbf rate {rate} burst 256kb latency 50ms")
         else:
-            on(host, "tc qdisc del dev eth0 root 2>/dev/null || true")
+            on(host, f"tc qdisc del dev {dev} root 2>/dev/null || true")
 
 
 def seconds(stamp: re.Match) -> float:

@@ -373,14 +373,15 @@ def pin(unpin: bool = False) -> None:
 
 
 def reconnect(container: str, ip: str) -> None:
-    """Put a lab host (back) on the lab's network at ip, its interface named eth0 as at its start (Docker names
-    a reconnected one eth1): the benchmarks and tests read eth0."""
+    """Put a lab host (back) on the lab's network at ip. Docker names the new interface eth1, and it must keep that
+    name: a renamed one cannot be disconnected again. Whoever needs the interface asks lab_interface()."""
     docker("network", "connect", "--ip", ip, NETWORK, container)
-    gateway = SUBNET.rsplit(".", 1)[0] + ".1"
-    docker("exec", container, "sh", "-c",
-           f"dev=$(ip -o -4 addr show | awk '$4 ~ /^{re.escape(ip)}\\// {{ print $2 }}'); [ \"$dev\" = eth0 ] || "
-           f"{{ ip link set \"$dev\" down && ip link set \"$dev\" name eth0 && ip link set eth0 up && "
-           f"ip route replace default via {gateway} dev eth0; }}")
+
+
+def lab_interface(container: str, ip: str) -> str:
+    """The name of the host's interface on the lab's network (eth0, or eth1 after a reconnect)."""
+    return docker("exec", container, "sh", "-c",
+                  f"ip -o -4 addr show | awk '$4 ~ /^{re.escape(ip)}\\// {{ print $2; exit }}'")
 
 
 def free_ports(n: int) -> list[int]:
