@@ -21,7 +21,11 @@ RUN apt-get update \
  # units that make no sense in a container
  && systemctl mask systemd-udevd.service systemd-udevd-kernel.socket systemd-udevd-control.socket \
       getty.target console-getty.service systemd-logind.service systemd-firstboot.service \
- && systemctl enable ssh.service docker.service
+ && systemctl enable ssh.service docker.service \
+ # The host's own containers in the host's cgroups (under its dockerd's), not beside the host at the top of this
+ # machine's tree: then `lab pin`, which confines a lab host to one core, confines what the deploy runs in it
+ # too, as a real machine's cores confine its containers (with cgroup v1 and --cgroupns=host they escaped it).
+ && mkdir -p /etc/docker && printf '{"cgroup-parent": "lab-nested"}\n' > /etc/docker/daemon.json
 
 STOPSIGNAL SIGRTMIN+3
 CMD ["/sbin/init"]

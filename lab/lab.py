@@ -363,13 +363,33 @@ def down() -> None:
 
 
 def pin(unpin: bool = False) -> None:
-    """The coordinator on core 0, the workers on the last core: on 2 cores the thread pools compete otherwise."""
+    """The coordinator on core 0, the workers on the last core: on 2 cores the thread pools compete otherwise.
+    What each host's dockerd runs lies in the host's cgroup (lab/host.Dockerfile's cgroup-parent) and is
+    confined with it; with cgroup v1 a cpuset must hold its children's cores, so they shrink first and grow last."""
     ncpu = os.cpu_count() or 1
     containers = docker("ps", "--filter", f"label={LABEL}", "--format", "{{.Names}}").split()
     for container in containers:
         cpus = f"0-{ncpu - 1}" if unpin else ("0" if container.endswith("-coordinator") else str(ncpu - 1))
-        docker("update", "--cpuset-cpus", cpus, container)
-        log(f"{container} on cpus {cpus}")
+        below = _cpuset_children(container)
+        if unpin:
+            docker("update", "--cpuset-cpus", cpus, container)
+        for cgroup in (below if unpin else below[::-1]):
+            (cgroup / "cpuset.cpus").write_text(cpus)
+        if not unpin:
+            docker("update", "--cpuset-cpus", cpus, container)
+        log(f"{container} on cpus {cpus}" + (f" with the {len(below)} cgroups below it" if below else ""))
+
+
+def _cpuset_children(container: str) -> list[Path]:
+    """The cgroup v1 cpusets below a lab host's own, parents before children; none with cgroup v2, where a
+    parent's cpuset confines its children as they are."""
+    pid = docker("inspect", "--format", "{{.State.Pid}}", container)
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpuset" in controllers.split(","):
+            top = Path("/sys/fs/cgroup/cpuset") / path.lstrip("/")
+            return sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: len(d.parts))
+    return []
 
 
 def reconnect(container: str, ip: str) -> None:
