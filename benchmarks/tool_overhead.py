@@ -27,9 +27,9 @@ generated token. Writes docs/tool-overhead.md and docs/tool-overhead.json.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
-import json
 import shlex
 import statistics
 import sys
@@ -164,7 +164,7 @@ def escape(back: dict[str, str] | None = None) -> dict[str, str]:
     return moved
 
 
-def one(cluster, way: str, twin_url: str, owners: dict[str, str]) -> dict:
+def one(cluster, way: str, twin_url: str, owners: dict[str, tuple[str, bool]]) -> dict:
     """One completion of N_PREDICT tokens by a way: llama-server's generation tokens/s, and per (host, process)
     what the scheduler counted while it ran (every lab process: the idle cluster's too, which barely move)."""
     moved = escape() if way == "escaped" else None
