@@ -18,6 +18,11 @@
 #   bash benchmarks/gpu_proof.sh [TREE]             # TREE: a llama.cpp source tree (or LLAMA_CPP_DIR=...)
 #   bash benchmarks/gpu_proof.sh --cpu [-j 2]       # rehearsal without a GPU: CPU build, small model,
 #                                                   # local CPU against half the layers on a CPU rpc-server
+#   bash benchmarks/gpu_proof.sh --vulkan [TREE]    # the Vulkan backend (GGML_VULKAN, any vendor's GPU) in place of
+#                                                   # CUDA: Vulkan0 alone against an rpc-server on Vulkan0 + Vulkan0
+#       needs glslc, the Vulkan headers and loader and SPIRV-Headers: on PATH and in the system, or VULKAN_DEBS=DIR
+#       of Debian's glslc, libshaderc1, libvulkan1, libvulkan-dev and spirv-headers .debs (unpacked into
+#       VULKAN_ROOT, default WORK/vulkan-root; no root needed)
 #   default TREE: REPO/.cache/llama_cpp_python-0.3.36/vendor/llama.cpp (what `python3 -m llama_rpc_deploy
 #   lab` downloads); a tree whose llama.cpp sits deeper (an unpacked sdist) is found as files/Dockerfile does.
 #   WORK is $OUT if set, else ./gpu-proof-out: build-cuda/ (or build-cpu/), the model, logs/, gpu-proof.json.
@@ -51,6 +56,7 @@ log() { echo "[gpu_proof $(date +%H:%M:%S)] $*" >&2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu) MODE=cpu ;;
+    --vulkan) MODE=vulkan ;;
     -j|--jobs) [ $# -ge 2 ] || die "$1 needs a number"; JOBS=$2; shift ;;
     -j*) JOBS=${1#-j} ;;
     --jobs=*) JOBS=${1#--jobs=} ;;
@@ -148,6 +154,24 @@ if [ ! -f "$TREE/ggml/CMakeLists.txt" ]; then
 fi
 TREE=$(cd "$TREE" && pwd)
 
+# the Vulkan SDK's three parts: glslc, the headers, the loader (Debian's packages unpacked when VULKAN_DEBS is given)
+vulkan_args=()
+if [ "$MODE" = vulkan ]; then
+  if [ -n "${VULKAN_DEBS:-}" ]; then
+    command -v dpkg-deb >/dev/null || die "VULKAN_DEBS needs dpkg-deb"
+    root=${VULKAN_ROOT:-$WORK/vulkan-root}
+    for deb in "$VULKAN_DEBS"/*.deb; do dpkg-deb -x "$deb" "$root" || die "cannot unpack $deb"; done
+    PATH=$root/usr/bin:$PATH
+    LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export PATH LD_LIBRARY_PATH
+    vulkan_args=("-DVulkan_INCLUDE_DIR=$root/usr/include" "-DCMAKE_PREFIX_PATH=$root/usr"
+                 "-DVulkan_LIBRARY=$root/usr/lib/x86_64-linux-gnu/libvulkan.so")
+  fi
+  command -v glslc >/dev/null || die "glslc is missing (Debian: glslc; or VULKAN_DEBS=DIR)"
+  vulkan_args+=("-DVulkan_GLSLC_EXECUTABLE=$(command -v glslc)")
+  log "glslc: $(glslc --version 2>&1 | head -n 1)"
+fi
+
 # numpy and gguf for the model generator (the tree's gguf-py when pip's gguf is absent)
 PY_PATH=$ROOT
 if ! python3 -c 'import numpy' 2>/dev/null; then die "python3 lacks numpy: pip install numpy"; fi
@@ -162,6 +186,12 @@ fi
 
 # --- the device --------------------------------------------------------------------------------------
 gpu_name=null gpu_driver=null gpu_memory_mib=null cuda_archs=
+if [ "$MODE" = vulkan ] && command -v nvidia-smi >/dev/null; then  # an NVIDIA card through Vulkan: say which
+  IFS=',' read -r gpu_name gpu_driver gpu_memory_mib <<<"$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader,nounits | head -n 1)"
+  gpu_name=$(echo "$gpu_name" | xargs) gpu_driver=$(echo "$gpu_driver" | xargs) gpu_memory_mib=$(echo "$gpu_memory_mib" | xargs)
+elif [ "$MODE" = vulkan ]; then
+  gpu_memory_mib=16000  # unknown: the default shape
+fi
 if [ "$MODE" = cuda ]; then
   export CUDA_DEVICE_ORDER=PCI_BUS_ID  # CUDA0 is then nvidia-smi's GPU 0 (or the first of CUDA_VISIBLE_DEVICES)
   gpu_sel=()
@@ -198,6 +228,8 @@ if [ "$GGML_NATIVE" = ON ]; then cmake_args+=(-DGGML_NATIVE=ON)
 else cmake_args+=(-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON); fi
 if [ "$MODE" = cuda ]; then
   cmake_args+=(-DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$cuda_archs" "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined")
+elif [ "$MODE" = vulkan ]; then
+  cmake_args+=(-DGGML_CUDA=OFF -DGGML_VULKAN=ON "${vulkan_args[@]}")
 else
   cmake_args+=(-DGGML_CUDA=OFF)
 fi
@@ -217,8 +249,23 @@ RPC=$BUILD/bin/$rpc_target
 if [ ! -x "$SERVER" ] || [ ! -x "$RPC" ]; then die "the build made no $SERVER or $RPC"; fi
 log "built in ${build_seconds}s$([ "$build_reused" = false ] || echo ' (the build dir was there: incremental)')"
 
+# NVIDIA's nvidia_icd.json names libGLX_nvidia.so.0, whose vk_icdGetInstanceProcAddr gives no vkCreateInstance
+# without a display (seen on an H200 in a container: "Found no drivers"); the same driver's libEGL_nvidia.so.0 works
+if [ "$MODE" = vulkan ] && ! "$SERVER" --list-devices 2>/dev/null | grep -q '^ *Vulkan0:'; then
+  icd=
+  for f in /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; do [ -f "$f" ] && icd=$f && break; done
+  if [ -z "${VK_DRIVER_FILES:-}" ] && [ -n "$icd" ]; then
+    sed 's/libGLX_nvidia\.so\.0/libEGL_nvidia.so.0/' "$icd" >"$WORK/nvidia_egl_icd.json"
+    export VK_DRIVER_FILES=$WORK/nvidia_egl_icd.json
+    log "no Vulkan device through $icd: trying NVIDIA's EGL library as the ICD ($VK_DRIVER_FILES)"
+  fi
+  "$SERVER" --list-devices 2>/dev/null | grep -q '^ *Vulkan0:' \
+    || die "no Vulkan device: $("$SERVER" --list-devices 2>&1 | tail -n 3 | tr '\n' ' ')"
+fi
+[ "$MODE" != vulkan ] || log "Vulkan: $("$SERVER" --list-devices 2>/dev/null | grep -m 1 'Vulkan0:' | xargs)"
+
 # --- model ------------------------------------------------------------------------------------------
-if [ "$MODE" = cuda ]; then
+if [ "$MODE" != cpu ]; then
   layers_default=12
   # the default shape takes ~4.3 GB of weights; the split holds them in two processes on the card, each with
   # its own CUDA context and compute buffers: under ~10 GB of memory take half the layers
@@ -353,8 +400,8 @@ def report(out, single_path, split_path, info_json):
     with open(out, "w") as f:
         json.dump(result, f, indent=2)
         f.write("\n")
-    what = (f"{info['gpu_name']}, driver {info['gpu_driver']}" if info["mode"] == "cuda"
-            else f"CPU rehearsal, no GPU ({info['host_cpu']})")
+    what = (f"{info['gpu_name']}, driver {info['gpu_driver']}" + (", through Vulkan" if info["mode"] == "vulkan" else "")
+            if info["mode"] != "cpu" else f"CPU rehearsal, no GPU ({info['host_cpu']})")
     rows = [("single", info["single_devices"], single), ("split", info["split_devices"], split)]
     print()
     width = max(len(info["single_devices"]), len(info["split_devices"]), len("devices"))
@@ -390,6 +437,13 @@ if [ "$MODE" = cuda ]; then
   single_args=(--device CUDA0 -ngl 999)
   split_args=(--device 'RPC0,CUDA0' --tensor-split '1,1' -ngl 999)
   split_devices="RPC0 (rpc-server CUDA0) + CUDA0"
+  health_timeout=300
+elif [ "$MODE" = vulkan ]; then
+  threads=()
+  single_devices=Vulkan0 rpc_device=Vulkan0
+  single_args=(--device Vulkan0 -ngl 999)
+  split_args=(--device 'RPC0,Vulkan0' --tensor-split '1,1' -ngl 999)
+  split_devices="RPC0 (rpc-server Vulkan0) + Vulkan0"
   health_timeout=300
 else
   # one thread per process, so that on a small machine the two in the split do not fight over cores;
