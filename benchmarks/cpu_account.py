@@ -21,40 +21,36 @@ TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 COUNTERS = (*FIELDS.values(), *STAT)
 
 
-def container_ids() -> dict[str, tuple[str, bool]]:
-    """Every container id belonging to a lab host -> (the lab host's name, whether it is a container the host's
-    dockerd runs rather than the host itself)."""
-    owners: dict[str, tuple[str, bool]] = {}
-    for container in lab.docker("ps", "--filter", f"label={lab.LABEL}", "--format", "{{.Names}}").split():
-        name = container.removeprefix(f"{lab.PREFIX}-")
-        owners[lab.docker("inspect", "--format", "{{.Id}}", container)] = (name, False)
-        nested = lab.docker("exec", container, "sh", "-c", "docker ps -q --no-trunc 2>/dev/null || true", check=False)
-        for cid in nested.split():
-            owners[cid] = (name, True)
-    return owners
+def container_ids() -> dict[str, str]:
+    """Each lab host's container id -> the lab host's name."""
+    names = lab.docker("ps", "--filter", f"label={lab.LABEL}", "--format", "{{.Names}}").split()
+    return {lab.docker("inspect", "--format", "{{.Id}}", c): c.removeprefix(f"{lab.PREFIX}-") for c in names}
 
 
 TOTAL = "(all of the host)"  # the host's whole cgroup: also the processes that ended between two snapshots
 
 
-def _host_totals(owners: dict[str, tuple[str, bool]]) -> dict[tuple, dict]:
-    """Each lab host's CPU time in all, from its cgroup's cpuacct.usage (cgroup v1; nothing on v2)."""
+def _host_totals(owners: dict[str, str]) -> dict[tuple, dict]:
+    """Each lab host's CPU time in all, from its cgroup's cpuacct.usage (Docker's cgroupfs driver on cgroup v1;
+    none elsewhere)."""
     totals = {}
-    for cid, (host, nested) in owners.items():
+    for cid, host in owners.items():
         usage = Path(f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage")
-        if not nested and usage.exists():
+        if usage.exists():
             totals[(host, TOTAL, False, "", "", "")] = {k: 0.0 for k in COUNTERS} | {
                 "cpu_ms": int(usage.read_text()) / 1e6, "cpus": ""}
     return totals
 
 
-def _host_of(pid: str, owners: dict[str, tuple[str, bool]]) -> tuple[str, bool] | None:
+def _host_of(pid: str, owners: dict[str, str]) -> tuple[str, bool] | None:
+    """(the lab host a process runs on, whether in a container of the host's dockerd: its cgroups lie under
+    lab-nested/, lab/host.Dockerfile's cgroup-parent), or None for a process of no lab host."""
     try:
         text = Path(f"/proc/{pid}/cgroup").read_text()
     except OSError:
         return None
-    found = [owners[cid] for cid in re.findall(r"[0-9a-f]{64}", text) if cid in owners]
-    return max(found, key=lambda owner: owner[1]) if found else None  # a nested container's path names its host too
+    hosts = [owners[cid] for cid in re.findall(r"[0-9a-f]{64}", text) if cid in owners]
+    return (hosts[0], "/lab-nested/" in text) if hosts else None
 
 
 def _sched(path: Path) -> dict[str, float]:
@@ -66,7 +62,7 @@ def _sched(path: Path) -> dict[str, float]:
     return values
 
 
-def snapshot(owners: dict[str, tuple[str, bool]] | None = None) -> dict[tuple, dict]:
+def snapshot(owners: dict[str, str] | None = None) -> dict[tuple, dict]:
     """(host, process name, in a container, pid, thread name, tid) -> the scheduler's counters, the page faults and system time
     (stat's, in clock ticks: coarse), and Cpus_allowed_list, now."""
     owners = owners if owners is not None else container_ids()

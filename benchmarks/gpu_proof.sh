@@ -160,6 +160,7 @@ if [ "$MODE" = vulkan ]; then
   if [ -n "${VULKAN_DEBS:-}" ]; then
     command -v dpkg-deb >/dev/null || die "VULKAN_DEBS needs dpkg-deb"
     root=${VULKAN_ROOT:-$WORK/vulkan-root}
+    mkdir -p "$root" && root=$(cd "$root" && pwd)  # absolute: CMake resolves paths from the build dir
     for deb in "$VULKAN_DEBS"/*.deb; do dpkg-deb -x "$deb" "$root" || die "cannot unpack $deb"; done
     PATH=$root/usr/bin:$PATH
     LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -186,12 +187,6 @@ fi
 
 # --- the device --------------------------------------------------------------------------------------
 gpu_name=null gpu_driver=null gpu_memory_mib=null cuda_archs=
-if [ "$MODE" = vulkan ] && command -v nvidia-smi >/dev/null; then  # an NVIDIA card through Vulkan: say which
-  IFS=',' read -r gpu_name gpu_driver gpu_memory_mib <<<"$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader,nounits | head -n 1)"
-  gpu_name=$(echo "$gpu_name" | xargs) gpu_driver=$(echo "$gpu_driver" | xargs) gpu_memory_mib=$(echo "$gpu_memory_mib" | xargs)
-elif [ "$MODE" = vulkan ]; then
-  gpu_memory_mib=16000  # unknown: the default shape
-fi
 if [ "$MODE" = cuda ]; then
   export CUDA_DEVICE_ORDER=PCI_BUS_ID  # CUDA0 is then nvidia-smi's GPU 0 (or the first of CUDA_VISIBLE_DEVICES)
   gpu_sel=()
@@ -251,7 +246,8 @@ log "built in ${build_seconds}s$([ "$build_reused" = false ] || echo ' (the buil
 
 # NVIDIA's nvidia_icd.json names libGLX_nvidia.so.0, whose vk_icdGetInstanceProcAddr gives no vkCreateInstance
 # without a display (seen on an H200 in a container: "Found no drivers"); the same driver's libEGL_nvidia.so.0 works
-if [ "$MODE" = vulkan ] && ! "$SERVER" --list-devices 2>/dev/null | grep -q '^ *Vulkan0:'; then
+vulkan0() { "$SERVER" --list-devices 2>/dev/null | grep -m 1 '^ *Vulkan0:' || true; }  # its line, or nothing
+if [ "$MODE" = vulkan ] && [ -z "$(vulkan0)" ]; then
   icd=
   for f in /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; do [ -f "$f" ] && icd=$f && break; done
   if [ -z "${VK_DRIVER_FILES:-}" ] && [ -n "$icd" ]; then
@@ -259,10 +255,16 @@ if [ "$MODE" = vulkan ] && ! "$SERVER" --list-devices 2>/dev/null | grep -q '^ *
     export VK_DRIVER_FILES=$WORK/nvidia_egl_icd.json
     log "no Vulkan device through $icd: trying NVIDIA's EGL library as the ICD ($VK_DRIVER_FILES)"
   fi
-  "$SERVER" --list-devices 2>/dev/null | grep -q '^ *Vulkan0:' \
-    || die "no Vulkan device: $("$SERVER" --list-devices 2>&1 | tail -n 3 | tr '\n' ' ')"
+  [ -n "$(vulkan0)" ] || die "no Vulkan device: $("$SERVER" --list-devices 2>&1 | tail -n 3 | tr '\n' ' ')"
 fi
-[ "$MODE" != vulkan ] || log "Vulkan: $("$SERVER" --list-devices 2>/dev/null | grep -m 1 'Vulkan0:' | xargs)"
+if [ "$MODE" = vulkan ]; then  # the card as llama.cpp's Vulkan backend names it: "Vulkan0: NAME (MEMORY MiB, ...)"
+  line=$(vulkan0)
+  log "Vulkan:$line"
+  gpu_name=$(echo "$line" | sed -E 's/^ *Vulkan0: (.*) \([0-9]+ MiB.*/\1/')
+  gpu_memory_mib=$(echo "$line" | sed -nE 's/.*\(([0-9]+) MiB.*/\1/p')
+  gpu_driver=$(timeout 30 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)
+  gpu_driver=${gpu_driver:-null}
+fi
 
 # --- model ------------------------------------------------------------------------------------------
 if [ "$MODE" != cpu ]; then
@@ -431,19 +433,13 @@ if __name__ == "__main__":
 PY
 
 # --- the two set-ups -----------------------------------------------------------------------------------
-if [ "$MODE" = cuda ]; then
+if [ "$MODE" != cpu ]; then  # the GPU: CUDA0, or Vulkan0
+  gpu=$([ "$MODE" = cuda ] && echo CUDA0 || echo Vulkan0)
   threads=()
-  single_devices=CUDA0 rpc_device=CUDA0
-  single_args=(--device CUDA0 -ngl 999)
-  split_args=(--device 'RPC0,CUDA0' --tensor-split '1,1' -ngl 999)
-  split_devices="RPC0 (rpc-server CUDA0) + CUDA0"
-  health_timeout=300
-elif [ "$MODE" = vulkan ]; then
-  threads=()
-  single_devices=Vulkan0 rpc_device=Vulkan0
-  single_args=(--device Vulkan0 -ngl 999)
-  split_args=(--device 'RPC0,Vulkan0' --tensor-split '1,1' -ngl 999)
-  split_devices="RPC0 (rpc-server Vulkan0) + Vulkan0"
+  single_devices=$gpu rpc_device=$gpu
+  single_args=(--device "$gpu" -ngl 999)
+  split_args=(--device "RPC0,$gpu" --tensor-split '1,1' -ngl 999)
+  split_devices="RPC0 (rpc-server $gpu) + $gpu"
   health_timeout=300
 else
   # one thread per process, so that on a small machine the two in the split do not fight over cores;

@@ -84,6 +84,8 @@ def twin_tunnel(host: str, cluster) -> None:
     another name (stunnel-twin), so that the scheduler's counters tell the two apart."""
     s = cluster.settings
     ports = [s["rpc_port"], s["rpc_tunnel_port"]] + [s["rpc_tunnel_local_port"] + i for i in range(len(cluster.workers))]
+    if set(ports) & {p + TWIN for p in ports}:  # sed would move a port twice
+        raise SystemExit(f"the twin's ports (+{TWIN}) collide with the deployed ones {ports}: space them further apart")
     edit = "; ".join(rf"s/:{p}$/:{p + TWIN}/" for p in ports)
     on(host, f"cp /usr/bin/stunnel4 {BARE}/stunnel-twin && sed -E '{edit}' {s['deploy_dir']}/rpc-tunnel.conf "
              f"> {BARE}/twin-tunnel.conf && chmod -R a+rX {BARE}")
@@ -96,6 +98,7 @@ def start_twin(cluster) -> str:
     (+TWIN), all from the image's own binaries copied out (copy_out). Only one cluster works at a time (the
     client alternates); the other sleeps. Returns the twin llama-server's URL."""
     s = cluster.settings
+    stop_twin(cluster)  # a killed run's transient units would make systemd-run refuse the names
     for i, worker in enumerate(cluster.workers, start=1):
         args = with_value(words(render.rpc_server_args(worker)), "--port", str(s["rpc_port"] + TWIN))
         run_bare(f"worker{i}", "rpc-server", args, {"LLAMA_CACHE": worker.settings["rpc_cache_dir"]})
@@ -139,7 +142,7 @@ def twin_complete(cluster, url: str, prompt: str, n_predict: int) -> dict:
         return json.load(response)
 
 
-def escape(back: dict[str, str] | None = None) -> dict[str, str]:
+def escape(back: dict[str, str] | None = None, required: bool = True) -> dict[str, str]:
     """Move every process of the lab hosts' containers (cpuset cgroups under lab-nested/) into the root cpuset,
     every core, as before the lab's cgroup-parent; with back, return them to their own. Returns pid -> cgroup."""
     if back is not None:
@@ -158,13 +161,13 @@ def escape(back: dict[str, str] | None = None) -> dict[str, str]:
                 moved[pid] = match.group(1)
         except OSError:
             continue
-    if not moved:
+    if not moved and required:
         raise SystemExit("escaped: no process in a lab-nested cpuset (cgroup v2, or the lab predates its cgroup-parent: "
                          "python3 -m llama_rpc_deploy lab up, then deploy)")
     return moved
 
 
-def one(cluster, way: str, twin_url: str, owners: dict[str, tuple[str, bool]]) -> dict:
+def one(cluster, way: str, twin_url: str, owners: dict[str, str]) -> dict:
     """One completion of N_PREDICT tokens by a way: llama-server's generation tokens/s, and per (host, process)
     what the scheduler counted while it ran (every lab process: the idle cluster's too, which barely move)."""
     moved = escape() if way == "escaped" else None
@@ -182,8 +185,6 @@ def one(cluster, way: str, twin_url: str, owners: dict[str, tuple[str, bool]]) -
 
 PROMPT, N_PREDICT = "Once upon a time", 64
 WAYS = ("deployed", "bare", "escaped")
-# the processes a container adds beside llama.cpp's (issue 25's suspects), shown whatever their share
-SUSPECTS = ("docker", "containerd-shim", "docker-init", "dockerd", "containerd", "systemd-journal")
 TOPOLOGIES = {"split": None, "all-remote": 999}  # llama_n_gpu_layers: the lab's own, every layer on the workers
 
 
@@ -191,16 +192,24 @@ def label(host: str, process: str, container: bool) -> str:
     return f"{host} {process}" + (" (container)" if container else "")
 
 
+def escapable() -> bool:
+    """Whether the lab's containers have cgroup v1 cpusets of their own to leave (the escaped way)."""
+    moved = escape(required=False)
+    escape(back=moved)
+    return bool(moved)
+
+
 def rounds(cluster, twin_url: str, n: int) -> dict:
     """n rounds of one completion per way, the order rotating (each way first, second and last equally often),
     after a warm-up of each; per way the tokens/s of each round and the per-token medians of every process."""
     owners = cpu_account.container_ids()
-    for way in WAYS:
+    ways = WAYS if escapable() else WAYS[:2]  # escaped: cgroup v1 only
+    for way in ways:
         one(cluster, way, twin_url, owners)
-    tps: dict[str, list[float]] = {way: [] for way in WAYS}
-    per_token: dict[str, dict[str, list[dict]]] = {way: {} for way in WAYS}
+    tps: dict[str, list[float]] = {way: [] for way in ways}
+    per_token: dict[str, dict[str, list[dict]]] = {way: {} for way in ways}
     for i in range(n):
-        for way in WAYS[i % len(WAYS):] + WAYS[:i % len(WAYS)]:
+        for way in ways[i % len(ways):] + ways[:i % len(ways)]:
             r = one(cluster, way, twin_url, owners)
             tps[way].append(round(r["tokens_per_s"], 2))
             for (host, process, container), v in r["used"].items():
@@ -221,7 +230,7 @@ def summary(measured: dict) -> dict:
     interval over rounds, and how many rounds the way was at least as fast."""
     tps = measured["tokens_per_s"]
     out = {"median": {way: round(statistics.median(v), 2) for way, v in tps.items()}}
-    for way in ("deployed", "escaped"):
+    for way in [w for w in ("deployed", "escaped") if w in tps]:
         ratios = [a / b for a, b in zip(tps[way], tps["bare"])]
         low, high = interval(ratios)
         out[f"{way}_over_bare"] = {"ratio": round(statistics.median(ratios), 3), "interval": [round(low, 3), round(high, 3)],
@@ -254,7 +263,7 @@ def main() -> None:
             results["topologies"][topology] = {"llama_n_gpu_layers": cluster.settings["llama_n_gpu_layers"],
                                                **summary(measured), **measured}
             t = results["topologies"][topology]
-            print(f"{topology}: deployed/bare {t['deployed_over_bare']}, escaped/bare {t['escaped_over_bare']}",
+            print(f"{topology}: deployed/bare {t['deployed_over_bare']}, escaped/bare {t.get('escaped_over_bare')}",
                   file=sys.stderr, flush=True)
     finally:
         lab.pin(unpin=True)
@@ -269,90 +278,99 @@ def cpu(t: dict, way: str, process: str) -> float:
     return t["per_token"][way].get(process, {}).get("cpu_ms", 0.0)
 
 
+def ratio_cell(t: dict, way: str) -> str:
+    r = t.get(f"{way}_over_bare")
+    return f"**{r['ratio']}** ({r['interval'][0]}-{r['interval'][1]})" if r else "not measured (cgroup v2)"
+
+
 def where_it_went(r: dict) -> list[str]:
     """The summary: the targets, and what the counters say about the difference, from this run's figures."""
     lines = ["| topology | deployed / bare (95% interval) | target | escaped / bare |", "| --- | --- | --- | --- |"]
     for topology, t in r["topologies"].items():
-        d, e = t["deployed_over_bare"], t["escaped_over_bare"]
+        d = t["deployed_over_bare"]
         met = "met" if d["ratio"] >= 0.97 and d["interval"][0] >= 0.95 else "**not met**"
-        lines.append(f"| {topology} | **{d['ratio']}** ({d['interval'][0]}-{d['interval'][1]}) | ≥ 0.97, low end ≥ 0.95: "
-                     f"{met} | {e['ratio']} ({e['interval'][0]}-{e['interval'][1]}) |")
+        lines.append(f"| {topology} | {ratio_cell(t, 'deployed')} | ≥ 0.97, low end ≥ 0.95: {met} | "
+                     f"{ratio_cell(t, 'escaped')} |")
     split = r["topologies"]["split"]
-    server = "coordinator llama-server (container)"
-    relay = [f"coordinator {p}" for p in SUSPECTS if p not in ("docker-init", "containerd")]
-    lines += ["", "## Where the loss went", "",
-              "**The lab, not the product.** The lab's hosts are containers (`--cgroupns=host`, cgroup v1), and the "
-              "containers each host's dockerd started had their cgroups beside the hosts at the top of this machine's "
-              "tree, not inside them. `lab pin` confined each host to its core, and with it whatever the host ran "
-              "itself (the bare processes), but not its containers: deployed llama-server and rpc-servers ran on both "
-              "cores, moving between them and competing with the other hosts. The benchmark compared pinned bare "
-              "processes with floating containers. The `escaped` way puts the containers back where they were: "
-              f"{split['escaped_over_bare']['ratio']} of bare on the lab's split, the 14-25% loss of the earlier runs; "
-              f"llama-server then moved between cores {split['per_token']['escaped'].get(server, {}).get('migrations', 0):.1f} "
-              f"times a token (pinned: {split['per_token']['deployed'].get(server, {}).get('migrations', 0):.2f}) and "
-              f"took {cpu(split, 'escaped', server):.2f} ms of CPU a token against "
-              f"{cpu(split, 'deployed', server):.2f} pinned. lab/host.Dockerfile now gives the hosts' dockerd a "
-              "cgroup-parent below its own cgroup, and `lab pin` confines those cgroups too (children first; tests/e2e/"
-              "test_lab_pin.py checks the deployed processes' cores). On a real machine no cgroup of an outer container "
-              "exists to escape: the containers get the cores the machine's own processes get.", "",
-              "**What a container still adds** is about as much as the targets allow: "
-              + "; ".join(
-                  f"{name}: the coordinator in all {cpu(t, 'deployed', 'coordinator (all of the host)'):.3f} ms of CPU "
-                  f"a token deployed against {cpu(t, 'bare', 'coordinator (all of the host)'):.3f} bare, of it the "
-                  f"log's way through containerd-shim, dockerd and the attached docker client "
-                  f"{sum(cpu(t, 'deployed', p) for p in relay if 'journal' not in p):.3f} ms and llama-server "
-                  f"{cpu(t, 'deployed', server):.3f} against {cpu(t, 'bare', 'coordinator llama-server'):.3f}"
-                  for name, t in r["topologies"].items())
-              + ". llama-server writes its log at a request's start and end, not per token (about 20 lines at "
-              "`llama_log_verbosity` 4, the level that keeps the load report); each line passes through three more "
-              "processes than a bare service's, on the lab on llama-server's own core, on a machine with a spare core "
-              "beside it. What makes the containerised llama-server itself use more CPU a token (its context switches "
-              "are within a few percent of its twin's) is not separated further here: Docker's seccomp filter (ruled "
-              "out as the 14-25% before: 0.861 without it), the deeper cgroups, or the log lines' wake-ups between "
-              "its tokens.", "",
-              "`--threads` in a cgroup: the lab sets `llama_threads` and `rpc_threads` to 1. Without them llama.cpp "
-              "counts the machine's cores, not the cgroup's: checked on this 2-core machine, the image's llama-server "
-              "without `--threads` starts a pool of 2 threads in a container, and 2 again in one confined by "
-              "`--cpuset-cpus 0`. The deploy sets no cpuset, so a container sees the cores a bare process sees.", ""]
+    server, host = "coordinator llama-server (container)", "coordinator (all of the host)"
+    relay = ["coordinator containerd-shim", "coordinator dockerd", "coordinator docker"]
+    lines += ["", "## Where the loss went", ""]
+    if "escaped_over_bare" in split:
+        lines += [
+            "**The lab, not the product.** The lab's hosts are containers (`--cgroupns=host`, cgroup v1), and the "
+            "containers each host's dockerd started had their cgroups beside the hosts at the top of this machine's "
+            "tree, not inside them. `lab pin` confined each host to its core, and with it whatever the host ran "
+            "itself (the bare processes), but not its containers: deployed llama-server and rpc-servers ran on both "
+            "cores, moving between them and competing with the other hosts. The benchmark compared pinned bare "
+            "processes with floating containers. The `escaped` way puts the containers back where they were: "
+            f"{split['escaped_over_bare']['ratio']} of bare on the lab's split, the 14-25% loss of the earlier runs; "
+            f"llama-server then moved between cores {split['per_token']['escaped'].get(server, {}).get('migrations', 0):.1f} "
+            f"times a token (pinned: {split['per_token']['deployed'].get(server, {}).get('migrations', 0):.2f}) and "
+            f"took {cpu(split, 'escaped', server):.2f} ms of CPU a token against {cpu(split, 'deployed', server):.2f} "
+            "pinned. lab/host.Dockerfile now gives the hosts' dockerd a cgroup-parent below its own cgroups, and `lab "
+            "pin` confines those cgroups too (lab.set_cpus; tests/e2e/test_lab_pin.py checks the deployed processes' "
+            "cores). On a real machine no cgroup of an outer container exists to escape: the containers get the cores "
+            "the machine's own processes get.", ""]
+    lines += [
+        "**What a container still adds**, per generated token (medians over the rounds): "
+        + "; ".join(
+            (f"{name}: the coordinator in all {cpu(t, 'deployed', host):.3f} ms of CPU deployed against "
+             f"{cpu(t, 'bare', host):.3f} bare, " if host in t["per_token"]["deployed"] else f"{name}: ")
+            + f"of it the log's way through containerd-shim, dockerd and the attached docker client "
+            f"{sum(cpu(t, 'deployed', p) for p in relay):.3f} ms, the front's HAProxy (deployed requests pass it, the "
+            f"twin's do not) {cpu(t, 'deployed', 'coordinator haproxy'):.3f} against "
+            f"{cpu(t, 'bare', 'coordinator haproxy'):.3f}, and llama-server {cpu(t, 'deployed', server):.3f} against "
+            f"{cpu(t, 'bare', 'coordinator llama-server'):.3f}"
+            for name, t in r["topologies"].items())
+        + ". llama-server writes its log at a request's start and end, not per token (at `llama_log_verbosity` 4, "
+        "the level that keeps the load report); each line passes through three more processes than a bare "
+        "service's, on the lab on llama-server's own core, on a machine with a spare core beside it. What makes the "
+        "containerised llama-server itself use more CPU a token (its context switches are within a few percent of "
+        "its twin's) is not separated further here: Docker's seccomp filter (ruled out as the 14-25% before: 0.861 "
+        "without it), the deeper cgroups, or the log lines' wake-ups between its tokens.", "",
+        "`--threads` in a cgroup: the lab sets `llama_threads` and `rpc_threads` to 1. Without them llama.cpp "
+        "counts the machine's cores, not the cgroup's: checked on this 2-core machine, the image's llama-server "
+        "without `--threads` starts a pool of 2 threads in a container, and 2 again in one confined by "
+        "`--cpuset-cpus 0`. The deploy sets no cpuset, so a container sees the cores a bare process sees.", ""]
     return lines
 
 
 def markdown(r: dict) -> str:
     lines = ["# What the tool adds to llama.cpp's own speed, and where it went", "",
              f"`python3 benchmarks/tool_overhead.py --rounds {r['rounds']}`: one run; image {r['image']}, "
-             f"{r['workers']} workers, every lab host pinned to its own core (the coordinator core 0, the workers core 1). "
+             f"{r['workers']} workers; `lab pin`: the coordinator on core 0, both workers on the last core (1). "
              "Raw figures: [tool-overhead.json](tool-overhead.json).", ""]
     lines += where_it_went(r)
     for topology, t in r["topologies"].items():
+        ways = [w for w in WAYS if w in t["tokens_per_s"]]
         lines += [f"## {topology} (`llama_n_gpu_layers` {t['llama_n_gpu_layers']})", "",
                   f"Each round: one completion of {r['n_predict']} tokens by each way, the order rotating; llama-server's "
                   "own generation tokens/s. / bare: the median of the rounds' ratios, with its 95% bootstrap interval.", "",
                   "| way | median tokens/s (min-max) | / bare (95% interval) | rounds ≥ bare |", "| --- | ---: | --- | ---: |"]
-        for way in WAYS:
+        for way in ways:
             v = t["tokens_per_s"][way]
-            ratio = (f"**{t[f'{way}_over_bare']['ratio']}** ({t[f'{way}_over_bare']['interval'][0]}-"
-                     f"{t[f'{way}_over_bare']['interval'][1]})" if way != "bare" else "1")
-            ahead = (f"{t[f'{way}_over_bare']['rounds_ahead_of_bare']} of {len(v)}" if way != "bare" else "-")
-            lines.append(f"| {way} | {t['median'][way]} ({min(v)}-{max(v)}) | {ratio} | {ahead} |")
+            ahead = f"{t[f'{way}_over_bare']['rounds_ahead_of_bare']} of {len(v)}" if way != "bare" else "-"
+            lines.append(f"| {way} | {t['median'][way]} ({min(v)}-{max(v)}) | "
+                         f"{ratio_cell(t, way) if way != 'bare' else '1'} | {ahead} |")
         lines += ["", "Per generated token, the median over the rounds of each process's CPU time (of it in the kernel, "
-                  "from clock ticks), context switches and moves between cores, with the cores its threads may use; "
-                  "\"(all of the host)\" is the host's cgroup, processes that ended included:", "",
-                  "| host process | " + " | ".join(WAYS) + " |", "| --- |" + " --- |" * len(WAYS)]
-        procs = {p for way in WAYS for p in t["per_token"][way]}
-        busy = sorted(procs, key=lambda p: -max(t["per_token"][w].get(p, {}).get("cpu_ms", 0) for w in WAYS))
-        shown = [p for p in busy if max(t["per_token"][w].get(p, {}).get("cpu_ms", 0) for w in WAYS) >= 0.05] + [
-            p for p in busy if p.split(" ")[1] in SUSPECTS and max(
-                t["per_token"][w].get(p, {}).get("cpu_ms", 0) for w in WAYS) < 0.05]
-        for p in shown:
+                  "from clock ticks), context switches and moves between cores, with the cores its threads may use "
+                  "(processes under 0.0005 ms in every way left out); \"(all of the host)\" is the host's cgroup, "
+                  "processes that ended included, CPU time only:", "",
+                  "| host process | " + " | ".join(ways) + " |", "| --- |" + " --- |" * len(ways)]
+        most = {p: max(cpu(t, w, p) for w in ways) for w in ways for p in t["per_token"][w]}
+        for p in sorted((p for p in most if most[p] >= 0.0005), key=lambda p: (-most[p], p)):
             cells = []
-            for way in WAYS:
+            for way in ways:
                 w = t["per_token"][way].get(p)
-                cells.append("-" if not w or w["cpu_ms"] < 0.0005 else
+                cells.append("-" if not w or w["cpu_ms"] < 0.0005 else f"{w['cpu_ms']:.3f} ms" if p.endswith(TOTAL_MARK) else
                              f"{w['cpu_ms']:.3f} ms ({w['system_ms']:.2f}), {w['switches']:.1f} sw, "
                              f"{w['migrations']:.2f} moves, cpus {w['cpus'] or '-'}")
             lines.append(f"| {p} | " + " | ".join(cells) + " |")
         lines += [""]
     return "\n".join(lines) + "\n"
+
+
+TOTAL_MARK = cpu_account.TOTAL
 
 
 if __name__ == "__main__":

@@ -22,10 +22,15 @@ RUN apt-get update \
  && systemctl mask systemd-udevd.service systemd-udevd-kernel.socket systemd-udevd-control.socket \
       getty.target console-getty.service systemd-logind.service systemd-firstboot.service \
  && systemctl enable ssh.service docker.service \
- # The host's own containers in the host's cgroups (under its dockerd's), not beside the host at the top of this
- # machine's tree: then `lab pin`, which confines a lab host to one core, confines what the deploy runs in it
- # too, as a real machine's cores confine its containers (with cgroup v1 and --cgroupns=host they escaped it).
- && mkdir -p /etc/docker && printf '{"cgroup-parent": "lab-nested"}\n' > /etc/docker/daemon.json
+ # With cgroup v1, the host's own containers in the host's cgroups (under its dockerd's), not beside the host at
+ # the top of this machine's tree: then `lab pin`, which confines a lab host to one core, confines what the deploy
+ # runs in it too, as a real machine's cores confine its containers (with --cgroupns=host they escaped it). Not
+ # with cgroup v2, where dockerd 20.10 uses systemd's driver, which takes only a slice as cgroup-parent.
+ && mkdir -p /etc/docker /etc/systemd/system/docker.service.d \
+ && printf '{"cgroup-parent": "lab-nested"}\n' > /etc/docker/lab-cgroup-v1.json \
+ && printf '[Service]\nExecStartPre=/bin/sh -c %s\n' \
+      "'if [ -e /sys/fs/cgroup/cgroup.controllers ]; then rm -f /etc/docker/daemon.json; else cp /etc/docker/lab-cgroup-v1.json /etc/docker/daemon.json; fi'" \
+      > /etc/systemd/system/docker.service.d/lab-cgroup.conf
 
 STOPSIGNAL SIGRTMIN+3
 CMD ["/sbin/init"]

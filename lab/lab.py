@@ -364,20 +364,37 @@ def down() -> None:
 
 def pin(unpin: bool = False) -> None:
     """The coordinator on core 0, the workers on the last core: on 2 cores the thread pools compete otherwise.
-    What each host's dockerd runs lies in the host's cgroup (lab/host.Dockerfile's cgroup-parent) and is
-    confined with it; with cgroup v1 a cpuset must hold its children's cores, so they shrink first and grow last."""
+    The containers each host's dockerd runs are confined with it (set_cpus)."""
     ncpu = os.cpu_count() or 1
     containers = docker("ps", "--filter", f"label={LABEL}", "--format", "{{.Names}}").split()
     for container in containers:
         cpus = f"0-{ncpu - 1}" if unpin else ("0" if container.endswith("-coordinator") else str(ncpu - 1))
-        below = _cpuset_children(container)
-        if unpin:
-            docker("update", "--cpuset-cpus", cpus, container)
-        for cgroup in (below if unpin else below[::-1]):
-            (cgroup / "cpuset.cpus").write_text(cpus)
-        if not unpin:
-            docker("update", "--cpuset-cpus", cpus, container)
-        log(f"{container} on cpus {cpus}" + (f" with the {len(below)} cgroups below it" if below else ""))
+        below = set_cpus(container, cpus)
+        log(f"{container} on cpus {cpus}" + (f" with the {below} cgroups below it" if below else ""))
+
+
+def set_cpus(container: str, cpus: str) -> int:
+    """Confine a lab host, and what its dockerd runs (in the host's cgroup: lab/host.Dockerfile's cgroup-parent),
+    to cpus. A cgroup v1 cpuset must hold its children's cores, so everything first gets every core (the host
+    before its children), then cpus (the children before the host), whatever it had; a cgroup that ends meanwhile
+    is skipped. Returns how many cgroups below the host's were set."""
+    every = f"0-{(os.cpu_count() or 1) - 1}"
+    below = _cpuset_children(container)
+    docker("update", "--cpuset-cpus", every, container)
+    for cgroup in below:
+        _write_cpus(cgroup, every)
+    if cpus != every:
+        for cgroup in reversed(below):
+            _write_cpus(cgroup, cpus)
+        docker("update", "--cpuset-cpus", cpus, container)
+    return len(below)
+
+
+def _write_cpus(cgroup: Path, cpus: str) -> None:
+    try:
+        (cgroup / "cpuset.cpus").write_text(cpus)
+    except FileNotFoundError:
+        pass  # its container ended meanwhile
 
 
 def _cpuset_children(container: str) -> list[Path]:
@@ -388,7 +405,7 @@ def _cpuset_children(container: str) -> list[Path]:
         _, controllers, path = line.split(":", 2)
         if "cpuset" in controllers.split(","):
             top = Path("/sys/fs/cgroup/cpuset") / path.lstrip("/")
-            return sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: len(d.parts))
+            return [Path(root) for root, _, _ in os.walk(top)][1:]  # top-down; a folder gone meanwhile is left out
     return []
 
 
