@@ -98,7 +98,7 @@ def start_twin(cluster) -> str:
     (+TWIN), all from the image's own binaries copied out (copy_out). Only one cluster works at a time (the
     client alternates); the other sleeps. Returns the twin llama-server's URL."""
     s = cluster.settings
-    stop_twin(cluster)  # a killed run's transient units would make systemd-run refuse the names
+    stop_twin(cluster, keep_files=True)  # a killed run's transient units would make systemd-run refuse the names
     for i, worker in enumerate(cluster.workers, start=1):
         args = with_value(words(render.rpc_server_args(worker)), "--port", str(s["rpc_port"] + TWIN))
         run_bare(f"worker{i}", "rpc-server", args, {"LLAMA_CACHE": worker.settings["rpc_cache_dir"]})
@@ -128,10 +128,11 @@ def run_bare(host: str, program: str, args: list[str], env: dict[str, str] | Non
                          *(f"--setenv={k}={v}" for k, v in env.items()), f"{BARE}/{program}", *args]))
 
 
-def stop_twin(cluster) -> None:
+def stop_twin(cluster, keep_files: bool = False) -> None:
+    """The twin's services stopped (and forgotten by systemd), its files removed unless keep_files."""
     for host in lab_hosts(cluster):
         on(host, f"systemctl stop 'llama-twin-*' ; systemctl reset-failed 'llama-twin-*' ; pkill -f '^{BARE}/' ; "
-                 f"rm -rf {BARE}", check=False)
+                 + ("true" if keep_files else f"rm -rf {BARE}"), check=False)
 
 
 def twin_complete(cluster, url: str, prompt: str, n_predict: int) -> dict:
