@@ -23,8 +23,7 @@ COUNTERS = (*FIELDS.values(), *STAT)
 
 def container_ids() -> dict[str, str]:
     """Each lab host's container id -> the lab host's name."""
-    names = lab.docker("ps", "--filter", f"label={lab.LABEL}", "--format", "{{.Names}}").split()
-    return {lab.docker("inspect", "--format", "{{.Id}}", c): c.removeprefix(f"{lab.PREFIX}-") for c in names}
+    return {lab.docker("inspect", "--format", "{{.Id}}", c): c.removeprefix(f"{lab.PREFIX}-") for c in lab.running()}
 
 
 TOTAL = "(all of the host)"  # the host's whole cgroup: also the processes that ended between two snapshots

@@ -637,9 +637,7 @@ def place(placement: str) -> int:
         lab.pin()
         return 0
     workers = 0 if placement == "free" else last
-    containers = subprocess.run(["docker", "ps", "--filter", f"label={lab.LABEL}", "--format", "{{.Names}}"],
-                                check=True, capture_output=True, text=True).stdout.split()
-    for container in containers:  # with what each host's dockerd runs (a cgroup v1 cpuset holds its children's)
+    for container in lab.running():  # with what each host's dockerd runs (a cgroup v1 cpuset holds its children's)
         lab.set_cpus(container, f"0-{last}" if container.endswith("-coordinator") else str(workers))
     on("coordinator", f"set -e; for p in $(pgrep -f 'llama-server --'); do taskset -a -p -c 0 $p >/dev/null; done; "
                       f"for p in $(pgrep -f {FRONT_CONFIG}); do taskset -a -p -c {last} $p >/dev/null; done")

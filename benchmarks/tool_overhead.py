@@ -33,7 +33,6 @@ import re
 import shlex
 import statistics
 import sys
-import urllib.request
 from pathlib import Path
 
 CPUSET = Path("/sys/fs/cgroup/cpuset")
@@ -135,17 +134,22 @@ def stop_twin(cluster, keep_files: bool = False) -> None:
                  + ("true" if keep_files else f"rm -rf {BARE}"), check=False)
 
 
-def twin_complete(cluster, url: str, prompt: str, n_predict: int) -> dict:
-    """A completion from the twin llama-server, as client.complete asks the deployed one (its API key too)."""
-    request = urllib.request.Request(url + "/completion", headers=client.headers(cluster), data=json.dumps(
-        {"prompt": prompt, "n_predict": n_predict, "cache_prompt": False}).encode())
-    with urllib.request.urlopen(request, timeout=300) as response:
-        return json.load(response)
+def nested_cpusets() -> dict[str, str]:
+    """pid -> cpuset cgroup of every process in the lab hosts' containers (cgroup v1: under lab-nested/)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):  # processes, not threads
+        try:
+            match = re.search(r"^\d+:cpuset:(/.*/lab-nested/.*)$", Path(f"/proc/{pid}/cgroup").read_text(), re.M)
+        except OSError:
+            continue
+        if match:
+            found[pid] = match.group(1)
+    return found
 
 
-def escape(back: dict[str, str] | None = None, required: bool = True) -> dict[str, str]:
-    """Move every process of the lab hosts' containers (cpuset cgroups under lab-nested/) into the root cpuset,
-    every core, as before the lab's cgroup-parent; with back, return them to their own. Returns pid -> cgroup."""
+def escape(back: dict[str, str] | None = None) -> dict[str, str]:
+    """Move every process of the lab hosts' containers into the root cpuset, every core, as before the lab's
+    cgroup-parent; with back, return them to their own. Returns pid -> cgroup."""
     if back is not None:
         for pid, cgroup in back.items():
             try:
@@ -154,15 +158,13 @@ def escape(back: dict[str, str] | None = None, required: bool = True) -> dict[st
                 pass  # the process ended (or its container was replaced)
         return {}
     moved = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            match = re.search(r"^\d+:cpuset:(/.*/lab-nested/.*)$", Path(f"/proc/{pid}/cgroup").read_text(), re.M)
-            if match:  # /proc lists processes, not threads: cgroup.procs moves all of a process's threads
-                (CPUSET / "cgroup.procs").write_text(pid)
-                moved[pid] = match.group(1)
+    for pid, cgroup in nested_cpusets().items():
+        try:  # cgroup.procs moves all of a process's threads
+            (CPUSET / "cgroup.procs").write_text(pid)
+            moved[pid] = cgroup
         except OSError:
-            continue
-    if not moved and required:
+            continue  # it ended meanwhile
+    if not moved:
         raise SystemExit("escaped: no process in a lab-nested cpuset (cgroup v2, or the lab predates its cgroup-parent: "
                          "python3 -m llama_rpc_deploy lab up, then deploy)")
     return moved
@@ -174,8 +176,7 @@ def one(cluster, way: str, twin_url: str, owners: dict[str, str]) -> dict:
     moved = escape() if way == "escaped" else None
     try:
         before = cpu_account.snapshot(owners)
-        reply = (twin_complete(cluster, twin_url, PROMPT, N_PREDICT) if way == "bare"
-                 else client.complete(cluster, PROMPT, N_PREDICT))
+        reply = client.complete(cluster, PROMPT, N_PREDICT, server=twin_url if way == "bare" else None)
         used = cpu_account.difference(before, cpu_account.snapshot(owners))
     finally:
         if moved is not None:
@@ -193,18 +194,11 @@ def label(host: str, process: str, container: bool) -> str:
     return f"{host} {process}" + (" (container)" if container else "")
 
 
-def escapable() -> bool:
-    """Whether the lab's containers have cgroup v1 cpusets of their own to leave (the escaped way)."""
-    moved = escape(required=False)
-    escape(back=moved)
-    return bool(moved)
-
-
 def rounds(cluster, twin_url: str, n: int) -> dict:
     """n rounds of one completion per way, the order rotating (each way first, second and last equally often),
     after a warm-up of each; per way the tokens/s of each round and the per-token medians of every process."""
     owners = cpu_account.container_ids()
-    ways = WAYS if escapable() else WAYS[:2]  # escaped: cgroup v1 only
+    ways = WAYS if nested_cpusets() else WAYS[:2]  # escaped: cgroup v1 only
     for way in ways:
         one(cluster, way, twin_url, owners)
     tps: dict[str, list[float]] = {way: [] for way in ways}

@@ -362,12 +362,16 @@ def down() -> None:
     log(f"down: removed {len(containers)} hosts, their volumes and the network")
 
 
+def running() -> list[str]:
+    """The lab's containers that run (hosts, the outsider, the mirror), by name."""
+    return docker("ps", "--filter", f"label={LABEL}", "--format", "{{.Names}}").split()
+
+
 def pin(unpin: bool = False) -> None:
     """The coordinator on core 0, the workers on the last core: on 2 cores the thread pools compete otherwise.
     The containers each host's dockerd runs are confined with it (set_cpus)."""
     ncpu = os.cpu_count() or 1
-    containers = docker("ps", "--filter", f"label={LABEL}", "--format", "{{.Names}}").split()
-    for container in containers:
+    for container in running():
         cpus = f"0-{ncpu - 1}" if unpin else ("0" if container.endswith("-coordinator") else str(ncpu - 1))
         below = set_cpus(container, cpus)
         log(f"{container} on cpus {cpus}" + (f" with the {below} cgroups below it" if below else ""))

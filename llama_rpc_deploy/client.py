@@ -24,9 +24,11 @@ def headers(cluster: Cluster, with_key: bool = True) -> dict[str, str]:
     return h
 
 
-def post(cluster: Cluster, path: str, body: dict, timeout: float = 300, with_key: bool = True) -> dict:
-    """POST JSON, return the JSON reply; urllib.error.HTTPError on a 4xx/5xx answer."""
-    request = urllib.request.Request(server_url(cluster) + path, data=json.dumps(body).encode(),
+def post(cluster: Cluster, path: str, body: dict, timeout: float = 300, with_key: bool = True,
+         server: str | None = None) -> dict:
+    """POST JSON, return the JSON reply; urllib.error.HTTPError on a 4xx/5xx answer. server: another llama-server's
+    URL than the cluster's (a benchmark's own, asked with the cluster's key)."""
+    request = urllib.request.Request((server or server_url(cluster)) + path, data=json.dumps(body).encode(),
                                      headers=headers(cluster, with_key))
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.load(response)
@@ -49,6 +51,6 @@ def model_field(cluster: Cluster, model: str | None = None) -> dict:
 
 
 def complete(cluster: Cluster, prompt: str, n_predict: int, timeout: float = 300, model: str | None = None,
-             **options) -> dict:
+             server: str | None = None, **options) -> dict:
     return post(cluster, "/completion", {**model_field(cluster, model), "prompt": prompt, "n_predict": n_predict,
-                                         "cache_prompt": False, **options}, timeout=timeout)
+                                         "cache_prompt": False, **options}, timeout=timeout, server=server)
