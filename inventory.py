@@ -1,5 +1,6 @@
 # Your machines. Replace the example addresses (RFC 5737, they reach nothing) with yours,
-# list each host's NVIDIA GPUs, and run:  pyinfra inventory.py deploy.py
+# list each host's GPUs, and run:  pyinfra inventory.py deploy.py
+# A host with an AMD or Intel card runs the Vulkan build:  {**SSH, "image_backend": "vulkan", "gpus": ["RX 7900 XTX"]}
 # The local lab writes its own inventory (.lab/inventory.py) in this same form.
 SSH = {"ssh_user": "root"}
 

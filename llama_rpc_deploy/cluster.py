@@ -17,6 +17,7 @@ from .gpus import Gpu, lookup
 from .settings import COORDINATOR, WORKERS, MODEL_FILE, Layer, SettingsError, resolve
 
 SERVICE_USER = "llama-rpc"  # the containers run as this system user, made by the deploy on every host
+LOCAL_DEVICE = {"cuda": "CUDA", "vulkan": "Vulkan"}  # what llama.cpp calls a host's own GPUs, by image_backend
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,21 @@ class HostPlan:
 
     @property
     def device_count(self) -> int:
-        """rpc-server exposes every GPU, or one CPU device on a host without GPUs."""
+        """rpc-server exposes every GPU, or one CPU device on a host without GPUs (on a vulkan host: the CPU's
+        Vulkan device, lavapipe)."""
         return max(1, len(self.gpus))
+
+    @property
+    def backend(self) -> str:
+        """image_backend: the llama.cpp build this host runs (cluster_checks.build() fills in a worker's None
+        with the coordinator's)."""
+        return self.settings["image_backend"] or "cuda"
+
+    @property
+    def software_vulkan(self) -> bool:
+        """A vulkan host without GPUs: its device is the CPU's Vulkan device (Mesa's lavapipe), which
+        llama.cpp uses only when it is named (GGML_VK_VISIBLE_DEVICES); no /dev/dri goes to the container."""
+        return self.backend == "vulkan" and not self.gpus
 
 
 @dataclass(frozen=True)
@@ -104,9 +118,16 @@ class Cluster:
 
     @property
     def devices(self) -> list[str]:
-        """Device order for llama-server: remote first (RPC0, RPC1, ... in worker order), local GPUs last."""
+        """Device order for llama-server: remote first (RPC0, RPC1, ... in worker order), local GPUs last
+        (CUDA0, ... or Vulkan0, ..., as llama.cpp names them)."""
         n_rpc = sum(w.device_count for w in self.workers)
-        return [f"RPC{i}" for i in range(n_rpc)] + [f"CUDA{i}" for i in range(len(self.coordinator.gpus))]
+        local = LOCAL_DEVICE.get(self.coordinator.backend)
+        return [f"RPC{i}" for i in range(n_rpc)] + [f"{local}{i}" for i in range(len(self.coordinator.gpus) if local else 0)]
+
+    @property
+    def backends(self) -> list[str]:
+        """The image backends the hosts run, each once: the coordinator's first, then in worker order."""
+        return list(dict.fromkeys(h.backend for h in self.hosts))
 
     def host(self, name: str) -> HostPlan:
         return next(h for h in self.hosts if h.name == name)
@@ -227,7 +248,7 @@ def cuda_architectures(cluster: Cluster) -> str:
     """image_cuda_architectures, or the union of every host's GPUs ("89;120")."""
     if cluster.settings["image_cuda_architectures"]:
         return cluster.settings["image_cuda_architectures"]
-    archs = {g.cuda_arch for h in cluster.hosts for g in h.gpus}
+    archs = {g.cuda_arch for h in cluster.hosts if h.backend == "cuda" for g in h.gpus if g.cuda_arch}
     return ";".join(sorted(archs, key=lambda a: int(re.sub(r"\D", "", a))))
 
 

@@ -171,14 +171,46 @@ def _cuda_version(image: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
+def gpus_match_backend(cluster: Cluster, inventory_file: str) -> None:
+    """Each host's GPUs are of its backend: NVIDIA cards on cuda, AMD and Intel cards on vulkan, none on cpu."""
+    for h in cluster.hosts:
+        for gpu in h.gpus:
+            if gpu.backend != h.backend:
+                raise SettingsError(
+                    f"{h.origins['gpus']}: gpus = {h.settings['gpus']!r} on {h.name}, whose image_backend is "
+                    f"{h.backend!r} ({_where(h, 'image_backend', inventory_file)}): {gpu.name} is a card of "
+                    f"{gpu.vendor}: expected image_backend = {gpu.backend!r} on that host")
+
+
+# Base images whose Vulkan headers are older than this llama.cpp needs: ggml-vulkan.cpp uses vk::LayerSettingEXT
+# (VK_EXT_layer_settings), which Debian 12's 1.3.239 lacks (its build fails there; Debian 13's 1.4.309 builds),
+# and Ubuntu 22.04's 1.3.204 is older still.
+OLD_VULKAN_BASES = re.compile(r"(^|/)(debian:(bookworm|bullseye|buster|12|11|10)|ubuntu:(22\.04|20\.04|jammy|focal))([-.@].*)?$")
+
+
+def vulkan_can_build(cluster: Cluster, inventory_file: str) -> None:
+    """A vulkan host's image is built on a base whose Vulkan headers this llama.cpp can use."""
+    if "vulkan" not in cluster.backends:
+        return
+    base = cluster.settings["image_vulkan_build_image"]
+    if OLD_VULKAN_BASES.search(base):
+        raise SettingsError(
+            f"{cluster.coordinator.origins['image_vulkan_build_image']}: image_vulkan_build_image = {base!r}: its "
+            "Vulkan headers are too old for llama.cpp's ggml-vulkan (vk::LayerSettingEXT): "
+            "expected debian:trixie, ubuntu:24.04 or newer")
+
+
 def cuda_can_build_every_gpu(cluster: Cluster, inventory_file: str) -> None:
     s, origins = cluster.settings, cluster.coordinator.origins
-    if s["image_backend"] != "cuda":
+    cuda_hosts = [h for h in cluster.hosts if h.backend == "cuda"]
+    if not cuda_hosts:
         return
     archs = cuda_architectures(cluster)
     if not archs:
-        raise SettingsError(f"{origins['image_backend']}: image_backend = 'cuda' but no host lists gpus: expected "
-                            "gpus on at least one host (e.g. gpus = ['RTX 4080']), or image_backend = 'cpu'")
+        first = cuda_hosts[0]
+        raise SettingsError(f"{first.origins['image_backend']}: image_backend = 'cuda' but no host lists gpus "
+                            f"(cuda: {', '.join(h.name for h in cuda_hosts)}): expected gpus on at least one of "
+                            "them (e.g. gpus = ['RTX 4080']), or image_backend = 'cpu'")
     version = _cuda_version(s["image_build_image"])
     for arch in archs.split(";"):
         need = MIN_CUDA_FOR_ARCH.get(re.sub(r"\D", "", arch))
@@ -275,7 +307,7 @@ CHECKS = (hosts_are_addresses, rpc_servers_bind_ipv4, workers_apart_from_the_coo
           distinct_rpc_endpoints, model_path_is_set, model_path_is_gguf, no_example_addresses, same_quantized_kv_types,
           quantized_v_has_flash_attention, rpc_port_apart_from_llama_port, server_port_apart_from_the_api,
           one_share_per_device,
-          cuda_can_build_every_gpu, firewall_admits_addresses, api_key_file_is_usable, served_models_apart,
+          gpus_match_backend, cuda_can_build_every_gpu, vulkan_can_build, firewall_admits_addresses, api_key_file_is_usable, served_models_apart,
           one_transport, tunnel_ports_apart, tunnel_keys_private)
 
 
@@ -283,12 +315,22 @@ CHECKS = (hosts_are_addresses, rpc_servers_bind_ipv4, workers_apart_from_the_coo
 DEPLOY_ONLY = (model_path_is_set, no_example_addresses)
 
 
+def _backend_from(host: HostPlan, backend: str, origin: str) -> HostPlan:
+    """host with image_backend set: its own, or else backend (the coordinator's, which was set at origin)."""
+    if host.settings["image_backend"]:
+        return host
+    return replace(host, settings={**host.settings, "image_backend": backend},
+                   origins={**host.origins, "image_backend": origin})
+
+
 def build(coordinators: list[HostPlan], workers: list[HostPlan], inventory_file: str = "inventory.py",
           deploying: bool = True) -> Cluster:
     """The Cluster, after every check in CHECKS (each raises SettingsError); for a plan (deploying=False),
     less DEPLOY_ONLY's."""
     check_inventory_shape([h.name for h in coordinators], [h.name for h in workers], inventory_file)
+    coordinators = [_backend_from(coordinators[0], "cuda", "default")]
     first = coordinators[0].settings["rpc_tunnel_local_port"]  # each tunnelled worker's end on the coordinator
+    workers = [_backend_from(w, coordinators[0].backend, coordinators[0].origins["image_backend"]) for w in workers]
     workers = [replace(w, tunnel_end=first + i) if w.tunnelled else w for i, w in enumerate(workers)]
     cluster = Cluster(coordinator=coordinators[0], workers=tuple(workers))
     skip = () if deploying else DEPLOY_ONLY

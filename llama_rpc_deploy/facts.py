@@ -63,6 +63,16 @@ class MissingCommands(FactBase):
         return [line.strip() for line in output if line.strip()]
 
 
+class RenderNodes(FactBase):
+    """The host's GPU render nodes (/dev/dri/renderD128, ...): how a Vulkan GPU reaches a container."""
+
+    def command(self) -> str:
+        return "ls -1 /dev/dri/ 2>/dev/null | grep '^renderD' || true"
+
+    def process(self, output: list[str]) -> list[str]:
+        return [f"/dev/dri/{line.strip()}" for line in output if line.strip()]
+
+
 class DockerRuntimes(FactBase):
     """Names of the container runtimes Docker knows (e.g. runc, nvidia)."""
 

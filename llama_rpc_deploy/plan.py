@@ -308,8 +308,8 @@ SPECULATIVE_FLAGS = ("--spec-type", "-md", "--model-draft", "--draft", "--draft-
 
 
 def devices_of(cluster, reported: dict[str, list[int]] | None = None) -> list[Device]:
-    """Every worker's devices first (RPC0, RPC1, ...), the coordinator's GPUs last, as llama-server sees them.
-    A card's memory is the MiB that nvidia-smi reported on its host (`reported`: host -> [MiB per GPU]),
+    """Every worker's devices first (RPC0, RPC1, ...), the coordinator's GPUs last (CUDA0 or Vulkan0, ...), as
+    llama-server sees them. A card's memory is the MiB that nvidia-smi reported on its host (`reported`: host -> [MiB per GPU]),
     or the GPU table's figure."""
     reported = reported or {}
     out = []
@@ -321,12 +321,14 @@ def devices_of(cluster, reported: dict[str, list[int]] | None = None) -> list[De
     index = 0
     for worker in cluster.workers:
         for i, gpu in enumerate(worker.gpus or [None]):
-            out.append(Device(name=f"RPC{index}", host=worker.name, gpu=gpu.name if gpu else "CPU",
+            cpu = "CPU (lavapipe)" if worker.software_vulkan else "CPU"  # lavapipe: Vulkan on the CPU, its memory
+            out.append(Device(name=f"RPC{index}", host=worker.name, gpu=gpu.name if gpu else cpu,
                               vram_bytes=memory(worker.name, i, gpu) if gpu else 0,
                               bandwidth=gpu.bandwidth_gbs * 1e9 if gpu else CPU_DEVICE_BANDWIDTH))
             index += 1
-    for i, gpu in enumerate(cluster.coordinator.gpus):
-        out.append(Device(name=f"CUDA{i}", host=cluster.coordinator.name, gpu=gpu.name,
+    local = cluster.devices[index:]  # CUDA0, ... or Vulkan0, ...
+    for i, gpu in enumerate(cluster.coordinator.gpus[:len(local)]):
+        out.append(Device(name=local[i], host=cluster.coordinator.name, gpu=gpu.name,
                           vram_bytes=memory(cluster.coordinator.name, i, gpu), bandwidth=gpu.bandwidth_gbs * 1e9))
     return out
 

@@ -150,6 +150,7 @@ def _models_problem(value) -> str:
 
 MODELS = Check("a mapping of model names to settings", lambda v: not _models_problem(v), _models_problem)
 IMAGE_REF = _str(r"[a-z0-9][a-z0-9._/:@-]*", "a Docker image reference")
+BACKENDS = ("cuda", "vulkan", "cpu")  # image_backend: a llama.cpp build each (files/Dockerfile's GGML_BACKEND)
 
 
 @dataclass(frozen=True)
@@ -190,10 +191,15 @@ SETTINGS: tuple[Setting, ...] = (
       "image"),
     S("image_name", "llama-rpc", _str(r"[a-z0-9][a-z0-9._/-]*", "a Docker repository name"),
       "Image repository; the tag is derived from the source, the Dockerfile and the build arguments.", "image"),
-    S("image_backend", "cuda", _one_of("cuda", "cpu"), "cuda for NVIDIA GPUs, cpu for a CPU-only build (the lab).", "image"),
     S("image_build_image", "nvidia/cuda:12.8.1-devel-ubuntu24.04", IMAGE_REF,
-      "Base image of the build stage (CUDA 12.8 or newer for RTX 50xx / sm_120).", "image"),
-    S("image_runtime_image", "nvidia/cuda:12.8.1-runtime-ubuntu24.04", IMAGE_REF, "Base image of the runtime stage.", "image"),
+      "Base image of the build stage of the cuda and cpu images (CUDA 12.8 or newer for RTX 50xx / sm_120).", "image"),
+    S("image_runtime_image", "nvidia/cuda:12.8.1-runtime-ubuntu24.04", IMAGE_REF,
+      "Base image of the runtime stage of the cuda and cpu images.", "image"),
+    S("image_vulkan_build_image", "debian:trixie", IMAGE_REF,
+      "Base image of the vulkan image's build stage: Debian 13 or newer (Debian 12's Vulkan headers, 1.3.239, "
+      "lack what this llama.cpp uses; Debian 13's 1.4.309 build it).", "image"),
+    S("image_vulkan_runtime_image", "debian:trixie", IMAGE_REF,
+      "Base image of the vulkan image's runtime stage (it installs Mesa's Vulkan drivers).", "image"),
     S("image_cuda_architectures", None, _optional(_str(r"[0-9]+[a-z]?(;[0-9]+[a-z]?)*", "compute capabilities like '89;120'")),
       "None: the union of the inventory's GPUs (see gpus). Set to override, e.g. '86;89;120'.", "image"),
     S("image_cpu_native", False, BOOL,
@@ -201,9 +207,15 @@ SETTINGS: tuple[Setting, ...] = (
       "False builds every x86 variant and picks one at run time.", "image"),
     S("image_build_jobs", None, _optional(_int(1, 1024)), "Parallel compile jobs; None: all cores of the coordinator.", "image"),
     # --- hardware ---
+    S("image_backend", None, _optional(_one_of(*BACKENDS)),
+      "This host's llama.cpp build: 'cuda' (NVIDIA GPUs, with the NVIDIA Container Toolkit), 'vulkan' (AMD or "
+      "Intel GPUs, through /dev/dri; with no gpus, the CPU's Vulkan device, Mesa's lavapipe) or 'cpu'. The "
+      "coordinator builds one image per backend the hosts use, each from the same llama.cpp commit. None: the "
+      "coordinator's, and 'cuda' on the coordinator.", "hardware"),
     S("gpus", [], Check("a list of GPU names from llama_rpc_deploy/gpus.py, or dicts with name and cuda_arch",
                         lambda v: isinstance(v, (list, tuple))),
-      "This host's NVIDIA GPUs, e.g. ['RTX 4080']. Empty: a CPU-only host (exposes one CPU device).", "hardware"),
+      "This host's GPUs, e.g. ['RTX 4080'] (NVIDIA: image_backend cuda) or ['RX 7900 XTX'] (AMD, Intel: "
+      "image_backend vulkan). Empty: a CPU-only host (exposes one CPU device).", "hardware"),
     S("address", None, _optional(ADDRESS),
       "Address the other hosts use to reach this one. None: the inventory name.", "hardware"),
     # --- the model and llama-server (coordinator) ---

@@ -28,9 +28,13 @@ def host_is_ready(run: Run) -> None:
     missing = host.get_fact(facts.MissingCommands, names=needed)
     if missing:
         raise DeployError(f"{host.name}: {', '.join(missing)} not found: install them first (Docker Engine, zstd, iptables)")
-    if me.gpus and cluster.settings["image_backend"] == "cuda" and "nvidia" not in host.get_fact(facts.DockerRuntimes):
-        raise DeployError(f"{host.name}: gpus = {s['gpus']!r} but Docker has no nvidia runtime: "
-                          "install the NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker)")
+    if me.gpus and me.backend == "cuda" and "nvidia" not in host.get_fact(facts.DockerRuntimes):
+        raise DeployError(f"{host.name}: image_backend = 'cuda' and gpus = {s['gpus']!r} but Docker has no nvidia "
+                          "runtime: expected the NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker)")
+    if me.gpus and me.backend == "vulkan" and not host.get_fact(facts.RenderNodes):
+        raise DeployError(f"{host.name}: image_backend = 'vulkan' and gpus = {s['gpus']!r} but no Vulkan device: no "
+                          "/dev/dri/renderD* on the host: expected the GPU's kernel driver loaded (amdgpu, i915, xe), "
+                          "or gpus = [] for the CPU's Vulkan device (lavapipe)")
     found = host.get_fact(facts.NvidiaGpus)
     if found and len(found) != len(me.gpus):
         logger.warning(f"{host.name}: nvidia-smi lists {len(found)} GPUs ({', '.join(n for n, _ in found)}), "

@@ -48,7 +48,7 @@ def test_pyinfra_connector_keys_are_not_ours():
     ("llama_port", 0, "llama_port = 0: expected an integer from 1 to 65535"),
     ("llama_ctx_size", "64k", "llama_ctx_size = '64k': expected an integer from 256 to"),
     ("llama_cache_type_k", "q8", "llama_cache_type_k = 'q8': expected one of 'f32', 'f16'"),
-    ("image_backend", "rocm", "image_backend = 'rocm': expected one of 'cuda', 'cpu'"),
+    ("image_backend", "rocm", "image_backend = 'rocm': expected None or one of 'cuda', 'vulkan', 'cpu'"),
     ("rpc_cache", "yes", "rpc_cache = 'yes': expected True or False"),
     ("llama_tensor_split", [0, 0], "expected None, 'auto' or a list of finite numbers"),
     ("rpc_cache_dir", "cache", "rpc_cache_dir = 'cache': expected an absolute path"),
@@ -67,7 +67,7 @@ def test_unknown_key_suggests_the_nearest():
 
 
 @pytest.mark.parametrize("role,where,key", [
-    ("workers", "groups", "llama_ctx_size"), ("workers", "host_data", "image_backend"),
+    ("workers", "groups", "llama_ctx_size"), ("workers", "host_data", "image_build_image"),
     ("coordinator", "groups", "rpc_cache"), ("coordinator", "host_data", "rpc_port"),
 ])
 def test_a_setting_where_it_has_no_effect_is_refused(role, where, key):
