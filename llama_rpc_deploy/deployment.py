@@ -21,6 +21,8 @@ from .cluster import Cluster
 from .cluster_checks import build, check_inventory_shape
 from .settings import COORDINATOR, ROLES, WORKERS, SettingsError, layers
 from .source import Source, resolve_source
+from .gpus import lookup
+from .trees import find_tree
 
 from .paths import PROJECT, STATE
 
@@ -29,9 +31,18 @@ from .paths import PROJECT, STATE
 class Deployment:
     cluster: Cluster
     source: Source
-    image: str  # name:tag, the same on every host
-    transfer_key: Path | None  # private key the coordinator uses to send the image to the workers
+    images: dict[str, str]  # image_backend -> name:tag (image.tags): every host of a backend runs the same image
+    transfer_key: Path | None  # private key the coordinator uses to send the images to the workers
     tunnel: Path | None = None  # the RPC tunnel's CA, keys and certificates on this machine (tunnel.py)
+
+    @property
+    def image(self) -> str:
+        """The coordinator's image (llama-server's)."""
+        return self.images[self.cluster.coordinator.backend]
+
+    def image_of(self, name: str) -> str:
+        """The image a host (by inventory name) runs: its backend's."""
+        return self.images[self.cluster.host(name).backend]
 
     def with_split(self, split: list, model: str | None = None) -> Deployment:
         """The same deployment with llama_tensor_split = the planner's split (for llama_tensor_split = 'auto'),
@@ -96,9 +107,26 @@ def from_cluster(cluster: Cluster, with_key: bool = True) -> Deployment:
     s = cluster.settings
     source = resolve_source(s["llama_cpp_source"], s["llama_cpp_ref"], STATE / "sources", s["llama_cpp_url"],
                             s["llama_cpp_sha256"], STATE / "sources.lock", chat_page=f"b{s['llama_cpp_build_number']}")
-    return Deployment(cluster=cluster, source=source, image=image.tag(cluster, source),
+    for backend in cluster.backends:
+        backend_is_in_the_tree(cluster, backend)
+    return Deployment(cluster=cluster, source=source, images=image.tags(cluster, source),
                       transfer_key=transfer_key() if with_key else None,
                       tunnel=tunnel_keys(cluster) if with_key else None)
+
+
+def backend_is_in_the_tree(cluster: Cluster, backend: str) -> None:
+    """A local llama.cpp source (llama_cpp_source) has the backend's code: ggml/src/ggml-cuda or ggml-vulkan
+    (a download is checked by its build, on the coordinator)."""
+    folder = {"cuda": "ggml-cuda", "vulkan": "ggml-vulkan"}.get(backend)
+    setting = cluster.settings["llama_cpp_source"]
+    if not folder or not setting or not Path(setting).expanduser().is_dir():
+        return
+    tree = find_tree(Path(setting).expanduser())
+    if not (tree / "ggml" / "src" / folder / "CMakeLists.txt").is_file():
+        host = next(h for h in cluster.hosts if h.backend == backend)
+        raise SettingsError(f"{cluster.coordinator.origins['llama_cpp_source']}: llama_cpp_source = {setting!r} has no "
+                            f"ggml/src/{folder}, which image_backend = {backend!r} ({host.origins['image_backend']}, "
+                            f"{host.name}) builds: expected a llama.cpp tree with it, or another image_backend")
 
 
 def tunnel_keys(cluster: Cluster, state_dir: Path = STATE) -> Path | None:
@@ -219,9 +247,15 @@ def gpus_inventory(gpus: list[str], directory: Path) -> Path:
     """An inventory of one host per GPU, the coordinator's first, at example addresses: `plan --gpus`,
     with no inventory of one's own (the current folder's group_data still applies)."""
     hosts = [(EXAMPLE_COORDINATOR, gpus[0])] + [(EXAMPLE_WORKERS.format(20 + i), g) for i, g in enumerate(gpus[1:])]
+
+    def data(gpu: str) -> dict:  # each host the backend its card needs (an unknown card: the settings' error)
+        try:
+            return {"gpus": [gpu], "image_backend": lookup(gpu).backend}
+        except ValueError:
+            return {"gpus": [gpu]}
     path = Path(directory) / "gpus_inventory.py"
-    path.write_text(f"coordinator = [({hosts[0][0]!r}, {{'gpus': [{hosts[0][1]!r}]}})]\n"
-                    f"workers = [{', '.join(f'({h!r}, {{{chr(39)}gpus{chr(39)}: [{g!r}]}})' for h, g in hosts[1:])}]\n")
+    path.write_text(f"coordinator = [({hosts[0][0]!r}, {data(hosts[0][1])!r})]\n"
+                    f"workers = [{', '.join(f'({h!r}, {data(g)!r})' for h, g in hosts[1:])}]\n")
     return path
 
 

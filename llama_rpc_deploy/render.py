@@ -73,15 +73,29 @@ def _render(template: str, **values) -> str:
 line = quoting.shell_line  # one line of a command: each word quoted for the shell
 
 
-def container_options(name: str, gpus: bool, volumes: list[tuple[str, str, bool]], role: str) -> list[str]:
+def container_options(name: str, me: HostPlan, volumes: list[tuple[str, str, bool]], role: str) -> list[str]:
     """docker run options shared by both roles: host networking, the service user, no capabilities,
-    read-only root; the GPUs and the given volumes."""
+    read-only root; the host's GPUs (device_options) and the given volumes."""
     return [line("--name", name), line("--network", "host"), "--init",
             f'--user "$(id -u {SERVICE_USER}):$(id -g {SERVICE_USER})"',
             line("--cap-drop", "ALL"), line("--security-opt", "no-new-privileges"), "--read-only",
-            line("--tmpfs", "/tmp"), *([line("--gpus", "all")] if gpus else []),
+            line("--tmpfs", "/tmp"), *device_options(me),
             *[line("--volume", quoting.volume(source, target, ro)) for source, target, ro in volumes],
             line("--label", f"io.llama-rpc-deploy.role={role}")]
+
+
+def device_options(me: HostPlan) -> list[str]:
+    """How a host's GPUs reach its container, by image_backend. cuda: NVIDIA's runtime (--gpus all). vulkan: the
+    render nodes (/dev/dri) and, for the service user, the group that owns them (Mesa's drivers are in the image);
+    without GPUs, the CPU's Vulkan device (lavapipe), which llama.cpp uses only when named: it is the only device
+    the container sees, so device 0."""
+    if me.backend == "cuda" and me.gpus:
+        return [line("--gpus", "all")]
+    if me.software_vulkan:
+        return [line("--env", "GGML_VK_VISIBLE_DEVICES=0")]
+    if me.backend == "vulkan":
+        return [line("--device", "/dev/dri"), '--group-add "$(stat -c %g /dev/dri/renderD* | head -n 1)"']
+    return []
 
 
 def model_folders(cluster: Cluster) -> list[tuple[str, str]]:
@@ -186,6 +200,11 @@ def _program(deploy_dir: str, name: str, env: str) -> dict[str, str]:
             f"{deploy_dir}/{name.removesuffix('.sh')}.env": env}
 
 
+# what rpc-server serves, in the launch script's first line, by (image_backend, whether the host lists GPUs)
+DEVICE_WORDS = {("cuda", True): "GPUs (CUDA)", ("vulkan", True): "GPUs (Vulkan)", ("cpu", True): "CPU",
+                ("cuda", False): "CPU", ("vulkan", False): "CPU's Vulkan device (lavapipe)", ("cpu", False): "CPU"}
+
+
 def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, str]:
     """Path on the worker -> content, for one worker."""
     s = worker.settings
@@ -197,9 +216,9 @@ def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, st
                  else "rpc_firewall is off: firewall the port yourself")
     return {
         f"{s['deploy_dir']}/rpc-server.sh": _render(
-            "rpc-server.sh.j2", host_name=worker.name, device=("GPUs" if worker.gpus else "CPU"),
+            "rpc-server.sh.j2", host_name=worker.name, device=DEVICE_WORDS[worker.backend, bool(worker.gpus)],
             bind_host=worker.rpc_bind, guard=guard, image=quoting.shell(image),
-            docker_options=container_options("rpc-server", bool(worker.gpus),
+            docker_options=container_options("rpc-server", worker,
                                               [(s["rpc_cache_dir"], "/cache", False)], WORKERS),
             rpc_server_args=rpc_server_args(worker)),
         f"{UNIT_DIR}/{WORKER_UNIT}": _render(
@@ -269,7 +288,7 @@ def coordinator_files(cluster: Cluster, image: str) -> dict[str, str]:
         f"{s['deploy_dir']}/llama-server.sh": _render(
             "llama-server.sh.j2", host_name=c.name, devices=", ".join(cluster.devices),
             device_count=len(cluster.devices), image=quoting.shell(image),
-            docker_options=container_options("llama-server", bool(c.gpus), volumes, COORDINATOR),
+            docker_options=container_options("llama-server", c, volumes, COORDINATOR),
             llama_server_args=llama_server_args(cluster, bool(s["llama_api_key_file"]))),
         **_program(s["deploy_dir"], "wait-for-workers.sh",
                    programs.wait_for_workers_env(endpoints=cluster.rpc_endpoints, timeout=s["rpc_wait_timeout"],

@@ -1,4 +1,5 @@
-"""The image: built once on the coordinator, carried to every worker that lacks that exact image ID."""
+"""The images: one per image_backend the hosts run, each built once on the coordinator and carried to every
+worker of its backend that lacks that exact image ID."""
 from __future__ import annotations
 
 import time
@@ -57,12 +58,14 @@ def build_image(run: Run):
         if not dep.source.sha256:
             python.call(name=f"Record its sha256 in {dep.source.lock} (later downloads must match)",
                         function=record_download, url=dep.source.url, lock=dep.source.lock, tarball=tarball)
-    if host.get_fact(facts.DockerImageId, image=dep.image) is None:
+    for backend, tag in dep.images.items():  # one image per backend the hosts run, each from the same source
+        if host.get_fact(facts.DockerImageId, image=tag) is not None:
+            continue
         args = " ".join(f"--build-arg {shell(f'{k}={v}')}"
-                        for k, v in sorted(image.build_args(dep.cluster, dep.source).items()))
-        python.call(name=f"Build {dep.image} (minutes the first time; progress every {PROGRESS_SECONDS} s)",
+                        for k, v in sorted(image.build_args(dep.cluster, dep.source, backend).items()))
+        python.call(name=f"Build {tag} (minutes the first time; progress every {PROGRESS_SECONDS} s)",
                     function=build_with_progress, build_dir=build_dir, log_dir=f"{dep.cluster.settings['state_dir']}/logs",
-                    command=f"DOCKER_BUILDKIT=1 docker build --progress=plain {args} --tag {dep.image} .")
+                    command=f"DOCKER_BUILDKIT=1 docker build --progress=plain {args} --tag {tag} .")
 
 
 def record_download(url: str, lock, tarball: str) -> None:
@@ -124,9 +127,10 @@ def distribute_image(run: Run):
         skip_layers = None
     else:
         files.put(name="Image layer filter", src=str(image.FILES / transfer.SKIP_LAYERS), dest=skip_layers, mode="755")
-    mine = host.get_fact(facts.DockerImageId, image=dep.image)
     for worker in dep.cluster.workers:
-        theirs = inventory.get_host(worker.name).get_fact(facts.DockerImageId, image=dep.image)
+        tag = dep.image_of(worker.name)  # its backend's image, built above
+        mine = host.get_fact(facts.DockerImageId, image=tag)
+        theirs = inventory.get_host(worker.name).get_fact(facts.DockerImageId, image=tag)
         if mine is not None and theirs == mine:
             continue  # same image ID already there: send nothing
         have = inventory.get_host(worker.name).get_fact(facts.DockerImageLayers)
@@ -135,7 +139,7 @@ def distribute_image(run: Run):
             layers_file = f"{dep.cluster.settings['state_dir']}/layers-of-{worker.name}"
             files.put(name=f"The image layers {worker.name} has", src=StringIO(transfer.layers_text(have)),
                       dest=layers_file, mode="600")
-        server.shell(name=f"Send {dep.image} to {worker.name} (the layers it lacks)",
-                     commands=[transfer.send_command(dep.image, worker.address, ssh_port(worker), layers_file,
+        server.shell(name=f"Send {tag} to {worker.name} (the layers it lacks)",
+                     commands=[transfer.send_command(tag, worker.address, ssh_port(worker), layers_file,
                                                      skip_layers)],
                      _shell_executable="bash")

@@ -113,7 +113,7 @@ def install_tunnel(run: Run, me) -> None:
 
 @deploy("rpc-server on the worker")
 def install_worker(run: Run):
-    cluster, image = run.deployment.cluster, run.deployment.image
+    cluster, image = run.deployment.cluster, run.deployment.image_of(host.name)
     me = cluster.host(host.name)
     firewall = render.firewall_files(cluster, me)
     if firewall:  # before rpc-server (re)starts; a reload re-applies the rule without restarting rpc-server

@@ -96,14 +96,22 @@ def test_coordinator_reaches_every_worker(coordinator, worker_plan):
         assert coordinator.check_output(f"ss -Htn state established dst {worker_plan.rpc_remote}")
 
 
-# --- one image everywhere ---
+# --- one image per backend, the same on every host of that backend ---
 
-def test_same_image_id_on_every_host(coordinator, worker, deployment):
-    expected = _image_id(coordinator, deployment.image)
+def test_same_image_id_on_every_host(coordinator, worker, worker_plan, deployment):
+    """The worker runs its backend's image, byte for byte the one the coordinator built (and the coordinator
+    its own backend's)."""
+    expected = _image_id(coordinator, deployment.image_of(worker_plan.name))
     assert expected.startswith("sha256:")
-    assert _image_id(worker, deployment.image) == expected
+    assert _image_id(worker, deployment.image_of(worker_plan.name)) == expected
     assert _running_image_id(worker, "rpc-server") == expected
-    assert _running_image_id(coordinator, "llama-server") == expected
+    assert _running_image_id(coordinator, "llama-server") == _image_id(coordinator, deployment.image)
+
+
+def test_each_host_runs_its_backend(coordinator, worker, worker_plan, deployment):
+    """The image's build says which backend it is (/app/backend, from the Dockerfile's GGML_BACKEND)."""
+    assert worker.check_output("docker exec rpc-server cat /app/backend") == worker_plan.backend
+    assert coordinator.check_output("docker exec llama-server cat /app/backend") == deployment.cluster.coordinator.backend
 
 
 # --- launch scripts are the settings, rendered ---
@@ -114,7 +122,7 @@ def test_coordinator_files_match_the_settings(coordinator, deployment):
 
 
 def test_worker_files_match_the_settings(worker, worker_plan, deployment):
-    for path, content in render.worker_files(deployment.cluster, worker_plan, deployment.image).items():
+    for path, content in render.worker_files(deployment.cluster, worker_plan, deployment.image_of(worker_plan.name)).items():
         assert worker.file(path).content_string == content, path
 
 
