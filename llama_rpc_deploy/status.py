@@ -1,8 +1,8 @@
 """`llama-rpc status -i INVENTORY`: the cluster's state at a glance, read over SSH (nothing changes).
 
 Per host: each service and whether it runs, its restarts and their cause (systemd restarting a process
-that died: a crash; a watchdog restarting it: the watchdog's reason), the image and the RPC protocol
-its binaries speak, the tensor cache (workers), the memory nvidia-smi reports (GPU hosts); on the
+that died: a crash; a watchdog restarting it: the watchdog's reason), the image, its backend (cuda, vulkan,
+cpu) and the RPC protocol its binaries speak, the devices rpc-server serves and the tensor cache (workers), the memory nvidia-smi reports (GPU hosts); on the
 coordinator, llama.cpp's load report (weights and KV cache per device, where the projector went),
 whether the API answers, and the front's figures (requests held, replayed and failed, the queue).
 Exits 1 when a service is down or the API does not answer.
@@ -40,7 +40,9 @@ class HostStatus:
     role: str
     services: list[Service] = field(default_factory=list)
     image: str = ""
+    backend: str = ""  # the image's build: cuda, vulkan or cpu (its /app/backend)
     rpc_protocol: str = ""
+    rpc_devices: list[str] = field(default_factory=list)  # what rpc-server serves, from its last start's log
     cache_bytes: int | None = None
     cache_limit_bytes: int | None = None
     gpu_memory: list[str] = field(default_factory=list)  # "name: used / total MiB"
@@ -82,11 +84,17 @@ def host_script(host: HostPlan, role: str, tunnel: bool = False) -> str:
         f"echo '== watchdog'; journalctl -u {shell(watchdog)} -o short-iso --no-pager 2>/dev/null | grep -F ': restarting ' || true",
         f"echo '== image'; docker inspect --format '{{{{.Config.Image}}}}' {container} 2>/dev/null || true",
         f"echo '== protocol'; docker exec {container} cat /app/rpc-protocol 2>/dev/null || true",
+        f"echo '== backend'; docker exec {container} cat /app/backend 2>/dev/null || true",
         "echo '== gpus'; command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total "
         "--format=csv,noheader,nounits 2>/dev/null || true",
     ]
     if role == WORKERS:
         lines.append(f"echo '== cache'; {cache_bytes_command(host)}")
+        # rpc-server lists its devices when it starts ("  Vulkan0: llvmpipe (...) (MiB, MiB free)"): the last start's
+        lines.append(f"echo '== rpc devices'; journalctl -u {shell(unit)} -o cat --no-pager -n 2000 2>/dev/null | "
+                     "awk '/^Starting RPC server/ { n = 0; delete d } /^Devices:/ { on = 1; next } "
+                     "on && /^  [A-Za-z]+[0-9]*: / { d[n++] = substr($0, 3); next } { on = 0 } "
+                     "END { for (i = 0; i < n; i++) print d[i] }'")
     else:
         lines.append(f"echo '== log'; journalctl -u {shell(unit)} -o cat --no-pager -n 20000 2>/dev/null | "
                      "grep -E 'buffer size|CLIP using|loaded meta data|load_model: loading' || true")
@@ -118,6 +126,8 @@ def parse(name: str, role: str, output: str, cache_limit: int | None = None) -> 
         main.last_watchdog_reason = restarts[-1].split(": ", 1)[-1] if restarts else ""
     status.image = " ".join(sections.get("image", [])).strip()
     status.rpc_protocol = " ".join(sections.get("protocol", [])).strip()
+    status.backend = " ".join(sections.get("backend", [])).strip()
+    status.rpc_devices = [line.strip() for line in sections.get("rpc devices", []) if line.strip()]
     status.gpu_memory = [line.strip() for line in sections.get("gpus", []) if line.strip()]
     if "cache" in sections:
         text = " ".join(sections["cache"]).strip()
@@ -189,8 +199,10 @@ def collect(cluster: Cluster, inventory: Path) -> list[HostStatus]:
 def table(hosts: list[HostStatus]) -> str:
     rows = []
     for h in hosts:
-        rows.append(f"{h.name} ({h.role})  image {h.image or '-'}  RPC protocol {h.rpc_protocol or '-'}"
-                    + (f"  API {h.api}" if h.role == COORDINATOR else ""))
+        rows.append(f"{h.name} ({h.role})  backend {h.backend or '-'}  image {h.image or '-'}  "
+                    f"RPC protocol {h.rpc_protocol or '-'}" + (f"  API {h.api}" if h.role == COORDINATOR else ""))
+        for device in h.rpc_devices:
+            rows.append(f"  serves {device}")
         for s in h.services:
             restarts = ""
             if s.crashes or s.watchdog_restarts:
