@@ -43,6 +43,9 @@ NETWORK = PREFIX
 SUBNET = "172.30.57.0/24"
 FIRST_IP = 10  # coordinator .10, workers .11, .12, ...
 BASE_IMAGE = f"{PREFIX}/debian:bookworm"
+# the base of the lab's vulkan image (ggml-vulkan needs Debian 13's Vulkan headers; its lavapipe is Mesa 25)
+VULKAN_BASE_IMAGE = f"{PREFIX}/debian:trixie"
+BASE_IMAGES = {BASE_IMAGE: "bookworm", VULKAN_BASE_IMAGE: "trixie"}  # image -> Debian release
 HOST_IMAGE = f"{PREFIX}/host:bookworm"
 SDIST = "llama-cpp-python==0.3.36"
 MODEL = "/models/lab.gguf"
@@ -92,14 +95,16 @@ def ip_of(index: int) -> str:
 
 
 def ensure_images() -> None:
-    """The debootstrap base image (no registry here) and the host image built on it."""
-    if not exists("image", BASE_IMAGE):
-        log(f"making {BASE_IMAGE} with debootstrap (about a minute)")
+    """The debootstrap base images (no registry here) and the host image built on the first."""
+    for image, release in BASE_IMAGES.items():
+        if exists("image", image):
+            continue
+        log(f"making {image} with debootstrap (about a minute)")
         with tempfile.TemporaryDirectory(prefix="lab-rootfs-") as rootfs:
-            subprocess.run(["debootstrap", "--variant=minbase", "bookworm", rootfs, "http://deb.debian.org/debian"],
+            subprocess.run(["debootstrap", "--variant=minbase", release, rootfs, "http://deb.debian.org/debian"],
                            check=True, stdout=subprocess.DEVNULL)
             tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
-            subprocess.run(["docker", "import", "--change", 'CMD ["/bin/bash"]', "-", BASE_IMAGE],
+            subprocess.run(["docker", "import", "--change", 'CMD ["/bin/bash"]', "-", image],
                            stdin=tar.stdout, check=True, stdout=subprocess.DEVNULL)
             if tar.wait() != 0:
                 raise RuntimeError("tar of the debootstrap tree failed")
@@ -245,19 +250,20 @@ def host_key_line(container: str, ip: str) -> str:
     return f"{ip} {key[0]} {key[1]}"
 
 
-def preload_base_image(container: str) -> None:
-    """The coordinator builds FROM the lab's base image; with no registry it has to be loaded in."""
-    wanted = docker("image", "inspect", "--format", "{{.Id}}", BASE_IMAGE)
-    have = subprocess.run(["docker", "exec", container, "docker", "image", "inspect", "--format", "{{.Id}}", BASE_IMAGE],
-                          capture_output=True, text=True).stdout.strip()
-    if have == wanted:
-        return
-    log(f"loading {BASE_IMAGE} into {container}'s dockerd")
-    save = subprocess.Popen(["docker", "save", BASE_IMAGE], stdout=subprocess.PIPE)
-    subprocess.run(["docker", "exec", "-i", container, "docker", "load", "--quiet"], stdin=save.stdout, check=True,
-                   stdout=subprocess.DEVNULL)
-    if save.wait() != 0:
-        raise RuntimeError("docker save of the base image failed")
+def preload_base_images(container: str) -> None:
+    """The coordinator builds FROM the lab's base images; with no registry they have to be loaded in."""
+    for image in BASE_IMAGES:
+        wanted = docker("image", "inspect", "--format", "{{.Id}}", image)
+        have = subprocess.run(["docker", "exec", container, "docker", "image", "inspect", "--format", "{{.Id}}", image],
+                              capture_output=True, text=True).stdout.strip()
+        if have == wanted:
+            continue
+        log(f"loading {image} into {container}'s dockerd")
+        save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+        subprocess.run(["docker", "exec", "-i", container, "docker", "load", "--quiet"], stdin=save.stdout, check=True,
+                       stdout=subprocess.DEVNULL)
+        if save.wait() != 0:
+            raise RuntimeError(f"docker save of {image} failed")
 
 
 def place_model(container: str) -> None:
@@ -282,6 +288,8 @@ def lab_settings(sdist: Path, workers: int, api_key: Path) -> dict:
         "image_backend": "cpu",
         "image_build_image": BASE_IMAGE,
         "image_runtime_image": BASE_IMAGE,
+        "image_vulkan_build_image": VULKAN_BASE_IMAGE,  # for a vulkan worker (tests/e2e/test_lab_vulkan.py)
+        "image_vulkan_runtime_image": VULKAN_BASE_IMAGE,
         "image_cpu_native": True,  # every lab host is this machine's CPU
         "llama_cpp_source": str(sdist),
         "llama_model_path": MODEL,
@@ -339,7 +347,7 @@ def up(workers: int = 1) -> Path:
     known_hosts = LAB_DIR / "known_hosts"
     known_hosts.write_text("\n".join(lines) + "\n")
     coordinator = f"{PREFIX}-coordinator"
-    preload_base_image(coordinator)
+    preload_base_images(coordinator)
     place_model(coordinator)
     inventory = write_inventory(workers, key, known_hosts, lab_settings(sdist, workers, ensure_api_key()))
     log(f"up: coordinator {ip_of(0)}, workers {', '.join(ip_of(i) for i in range(1, workers + 1))}; inventory {inventory}")

@@ -111,13 +111,13 @@ def streamed_chat(api: OpenAI) -> tuple[str, list[tuple]]:
     return text, steps(items)
 
 
-def same_tokens(split: list[tuple], alone: list[tuple]) -> None:
+def same_tokens(split: list[tuple], alone: list[tuple], tolerance: float = LOGPROB_TOLERANCE) -> None:
     assert [token for token, _ in split] == [token for token, _ in alone]
     for n, ((token, top_split), (_, top_alone)) in enumerate(zip(split, alone)):
         common = top_split.keys() & top_alone.keys()
         assert token in common and len(common) >= TOP - 2, (n, top_split, top_alone)  # runners-up may swap
         for t in common:
-            assert abs(top_split[t] - top_alone[t]) <= LOGPROB_TOLERANCE, (n, t, top_split[t], top_alone[t])
+            assert abs(top_split[t] - top_alone[t]) <= tolerance, (n, t, top_split[t], top_alone[t])
         runner_up = max(p for t, p in top_split.items() if t != token)
         assert runner_up < -10, (n, top_split)  # the margin reached the client: the logits are the model's
 
