@@ -61,7 +61,7 @@ for i in "${!endpoints[@]}"; do
   fi
   if [ "$have" != "$want" ]; then
     echo "rpc-server at $endpoint speaks RPC protocol ${have:-(no answer to HELLO: an older llama.cpp?)}, this llama-server $want:" \
-         "every host must run the same image ($IMAGE): deploy again" >&2
+         "every host must run this deploy's images, built from one llama.cpp commit (this one's: $IMAGE): deploy again" >&2
     exit 1
   fi
   echo "rpc-server at $endpoint answers, RPC protocol $have"

@@ -620,8 +620,8 @@ def test_wait_for_workers_checks_the_rpc_protocol_version(tmp_path, version, ok)
     else:
         assert result.returncode == 1 and result.stdout == ""
         assert result.stderr == (f"rpc-server at 127.0.0.1:{port} speaks RPC protocol {'.'.join(map(str, version))}, "
-                                 f"this llama-server 7.0.0: every host must run the same image ({IMAGE}): "
-                                 "deploy again\n")
+                                 f"this llama-server 7.0.0: every host must run this deploy's images, built from "
+                                 f"one llama.cpp commit (this one's: {IMAGE}): deploy again\n")
 
 
 def test_wait_for_workers_checks_every_worker_in_order(tmp_path):
