@@ -28,6 +28,10 @@ class HostPlan:
     origins: dict  # setting -> where its value came from, for error messages
     ssh_port: int = 22  # the inventory's ssh_port: how the control machine (and the image transfer) reach it
     tunnel_end: int | None = None  # a tunnelled worker: its tunnel's port on the coordinator's loopback
+    # a worker that sets image_backend 'vulkan' itself and lists no gpus: its device is the CPU's Vulkan device
+    # (Mesa's lavapipe), which llama.cpp uses only when it is named (GGML_VK_VISIBLE_DEVICES); no /dev/dri goes
+    # to its container. Set by cluster_checks.build(); a worker that takes vulkan from the coordinator serves its CPU.
+    software_vulkan: bool = False
 
     @property
     def address(self) -> str:
@@ -78,12 +82,6 @@ class HostPlan:
         """image_backend: the llama.cpp build this host runs (cluster_checks.build() fills in a worker's None
         with the coordinator's)."""
         return self.settings["image_backend"] or "cuda"
-
-    @property
-    def software_vulkan(self) -> bool:
-        """A vulkan host without GPUs: its device is the CPU's Vulkan device (Mesa's lavapipe), which
-        llama.cpp uses only when it is named (GGML_VK_VISIBLE_DEVICES); no /dev/dri goes to the container."""
-        return self.backend == "vulkan" and not self.gpus
 
 
 @dataclass(frozen=True)

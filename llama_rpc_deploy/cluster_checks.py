@@ -178,26 +178,30 @@ def gpus_match_backend(cluster: Cluster, inventory_file: str) -> None:
             if gpu.backend != h.backend:
                 raise SettingsError(
                     f"{h.origins['gpus']}: gpus = {h.settings['gpus']!r} on {h.name}, whose image_backend is "
-                    f"{h.backend!r} ({_where(h, 'image_backend', inventory_file)}): {gpu.name} is a card of "
+                    f"{h.backend!r} (from {h.origins['image_backend']}): {gpu.name} is a card of "
                     f"{gpu.vendor}: expected image_backend = {gpu.backend!r} on that host")
 
 
 # Base images whose Vulkan headers are older than this llama.cpp needs: ggml-vulkan.cpp uses vk::LayerSettingEXT
 # (VK_EXT_layer_settings), which Debian 12's 1.3.239 lacks (its build fails there; Debian 13's 1.4.309 builds),
 # and Ubuntu 22.04's 1.3.204 is older still.
-OLD_VULKAN_BASES = re.compile(r"(^|/)(debian:(bookworm|bullseye|buster|12|11|10)|ubuntu:(22\.04|20\.04|jammy|focal))([-.@].*)?$")
+OLD_VULKAN_BASES = re.compile(r"(^|/)(debian:(bookworm|bullseye|buster|oldstable|oldoldstable|1[0-2])"
+                              r"|ubuntu:(2[0-3]\.(04|10)|18\.04|jammy|focal|bionic|kinetic|lunar|mantic))([-.@].*)?$"
+                              r"|-ubuntu(1[0-9]|2[0-3])\.(04|10)$")  # nvidia/cuda:12.4.1-devel-ubuntu22.04
 
 
 def vulkan_can_build(cluster: Cluster, inventory_file: str) -> None:
     """A vulkan host's image is built on a base whose Vulkan headers this llama.cpp can use."""
     if "vulkan" not in cluster.backends:
         return
-    base = cluster.settings["image_vulkan_build_image"]
-    if OLD_VULKAN_BASES.search(base):
-        raise SettingsError(
-            f"{cluster.coordinator.origins['image_vulkan_build_image']}: image_vulkan_build_image = {base!r}: its "
-            "Vulkan headers are too old for llama.cpp's ggml-vulkan (vk::LayerSettingEXT): "
-            "expected debian:trixie, ubuntu:24.04 or newer")
+    for key, what in (("image_vulkan_build_image", "its Vulkan headers are too old for llama.cpp's ggml-vulkan "
+                                                   "(vk::LayerSettingEXT)"),
+                      ("image_vulkan_runtime_image", "older than the build's base: the binaries need its newer C "
+                                                     "library and Vulkan loader")):
+        base = cluster.settings[key]
+        if OLD_VULKAN_BASES.search(base):
+            raise SettingsError(f"{cluster.coordinator.origins[key]}: {key} = {base!r}: {what}: "
+                                "expected debian:trixie, ubuntu:24.04 or newer")
 
 
 def cuda_can_build_every_gpu(cluster: Cluster, inventory_file: str) -> None:
@@ -328,8 +332,9 @@ def build(coordinators: list[HostPlan], workers: list[HostPlan], inventory_file:
     """The Cluster, after every check in CHECKS (each raises SettingsError); for a plan (deploying=False),
     less DEPLOY_ONLY's."""
     check_inventory_shape([h.name for h in coordinators], [h.name for h in workers], inventory_file)
-    coordinators = [_backend_from(coordinators[0], "cuda", "default")]
+    coordinators = [_backend_from(coordinators[0], "cuda", f"{inventory_file} (host {coordinators[0].name})")]
     first = coordinators[0].settings["rpc_tunnel_local_port"]  # each tunnelled worker's end on the coordinator
+    workers = [replace(w, software_vulkan=w.settings["image_backend"] == "vulkan" and not w.gpus) for w in workers]
     workers = [_backend_from(w, coordinators[0].backend, coordinators[0].origins["image_backend"]) for w in workers]
     workers = [replace(w, tunnel_end=first + i) if w.tunnelled else w for i, w in enumerate(workers)]
     cluster = Cluster(coordinator=coordinators[0], workers=tuple(workers))

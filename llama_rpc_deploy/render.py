@@ -87,15 +87,15 @@ def container_options(name: str, me: HostPlan, volumes: list[tuple[str, str, boo
 def device_options(me: HostPlan) -> list[str]:
     """How a host's GPUs reach its container, by image_backend. cuda: NVIDIA's runtime (--gpus all). vulkan: the
     render nodes (/dev/dri) and, for the service user, the group that owns them (Mesa's drivers are in the image);
-    without GPUs, the CPU's Vulkan device (lavapipe), which llama.cpp uses only when named: it is the only device
-    the container sees, so device 0."""
+    a worker that sets vulkan itself without GPUs: the CPU's Vulkan device (lavapipe), which llama.cpp uses only when
+    named: it is the only device the container sees, so device 0."""
     if me.backend == "cuda" and me.gpus:
         return [line("--gpus", "all")]
     if me.software_vulkan:
         return [line("--env", "GGML_VK_VISIBLE_DEVICES=0")]
-    if me.backend == "vulkan":
+    if me.backend == "vulkan" and me.gpus:
         return [line("--device", "/dev/dri"), '--group-add "$(stat -c %g /dev/dri/renderD* | head -n 1)"']
-    return []
+    return []  # a vulkan host without gpus that did not ask for lavapipe: ggml-vulkan finds no device, the CPU serves
 
 
 def model_folders(cluster: Cluster) -> list[tuple[str, str]]:
@@ -202,7 +202,7 @@ def _program(deploy_dir: str, name: str, env: str) -> dict[str, str]:
 
 # what rpc-server serves, in the launch script's first line, by (image_backend, whether the host lists GPUs)
 DEVICE_WORDS = {("cuda", True): "GPUs (CUDA)", ("vulkan", True): "GPUs (Vulkan)", ("cpu", True): "CPU",
-                ("cuda", False): "CPU", ("vulkan", False): "CPU's Vulkan device (lavapipe)", ("cpu", False): "CPU"}
+                ("cuda", False): "CPU", ("vulkan", False): "CPU", ("cpu", False): "CPU"}
 
 
 def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, str]:
@@ -216,7 +216,8 @@ def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, st
                  else "rpc_firewall is off: firewall the port yourself")
     return {
         f"{s['deploy_dir']}/rpc-server.sh": _render(
-            "rpc-server.sh.j2", host_name=worker.name, device=DEVICE_WORDS[worker.backend, bool(worker.gpus)],
+            "rpc-server.sh.j2", host_name=worker.name, device=("CPU's Vulkan device (lavapipe)" if worker.software_vulkan
+                                                             else DEVICE_WORDS[worker.backend, bool(worker.gpus)]),
             bind_host=worker.rpc_bind, guard=guard, image=quoting.shell(image),
             docker_options=container_options("rpc-server", worker,
                                               [(s["rpc_cache_dir"], "/cache", False)], WORKERS),

@@ -29,13 +29,15 @@ def host_is_ready(run: Run) -> None:
     if missing:
         raise DeployError(f"{host.name}: {', '.join(missing)} not found: install them first (Docker Engine, zstd, iptables)")
     if me.gpus and me.backend == "cuda" and "nvidia" not in host.get_fact(facts.DockerRuntimes):
-        raise DeployError(f"{host.name}: image_backend = 'cuda' and gpus = {s['gpus']!r} but Docker has no nvidia "
-                          "runtime: expected the NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker)")
+        raise DeployError(f"{host.name}: image_backend = 'cuda' ({me.origins['image_backend']}) and gpus = "
+                          f"{s['gpus']!r} ({me.origins['gpus']}) but Docker has no nvidia runtime: expected the NVIDIA "
+                          "Container Toolkit (nvidia-ctk runtime configure --runtime=docker)")
     if me.gpus and me.backend == "vulkan" and not host.get_fact(facts.RenderNodes):
-        raise DeployError(f"{host.name}: image_backend = 'vulkan' and gpus = {s['gpus']!r} but no Vulkan device: no "
-                          "/dev/dri/renderD* on the host: expected the GPU's kernel driver loaded (amdgpu, i915, xe), "
-                          "or gpus = [] for the CPU's Vulkan device (lavapipe)")
-    found = host.get_fact(facts.NvidiaGpus)
+        raise DeployError(f"{host.name}: image_backend = 'vulkan' ({me.origins['image_backend']}) and gpus = "
+                          f"{s['gpus']!r} ({me.origins['gpus']}) but no Vulkan device: no /dev/dri/renderD* on the "
+                          "host: expected the GPU's kernel driver loaded (amdgpu, i915, xe), or gpus = [] for the "
+                          "CPU's Vulkan device (lavapipe)")
+    found = host.get_fact(facts.NvidiaGpus) if me.backend == "cuda" else None  # an unused NVIDIA card elsewhere
     if found and len(found) != len(me.gpus):
         logger.warning(f"{host.name}: nvidia-smi lists {len(found)} GPUs ({', '.join(n for n, _ in found)}), "
                        f"gpus lists {len(me.gpus)}: the plan and the device order follow gpus")
@@ -130,7 +132,7 @@ def model_fits_one(run: Run, cluster, name: str | None) -> None:
             raise DeployError(f"{cluster.coordinator.origins[key]}: {key} = {path!r}: {error}") from None
     # each card's memory as its host's nvidia-smi reports it, where it does
     reported = {h.name: [mib for _, mib in inventory.get_host(h.name).get_fact(facts.NvidiaGpus)]
-                for h in cluster.hosts if h.gpus}
+                for h in cluster.hosts if h.gpus and h.backend == "cuda"}
     capacity = plan.plan_cluster(cluster, models["llama_model_path"], reported=reported,
                                  mmproj_bytes=models.get("llama_mmproj_path", 0))
     for line in capacity.table().splitlines():

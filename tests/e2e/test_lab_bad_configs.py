@@ -68,13 +68,13 @@ HOST_CASES = [
         (f"port {TAKEN_PORT} is taken by systemd-socket-: expected it free for rpc-server (change rpc_port)",)),
     Bad("gpu-host-without-nvidia-runtime",
         on_coordinator('{"image_backend": "cuda", "gpus": ["RTX 4080"], "llama_tensor_split": None}'),
-        ("image_backend = 'cuda' and gpus = ['RTX 4080'] but Docker has no nvidia runtime: expected the NVIDIA "
-         "Container Toolkit",)),
+        ("image_backend = 'cuda' ({c}) and gpus = ['RTX 4080'] ({c}) but Docker has no nvidia runtime: expected the "
+         "NVIDIA Container Toolkit",)),
     Bad("cuda-worker-without-nvidia-runtime", on_worker('{"image_backend": "cuda", "gpus": ["RTX 4080"]}'),
-        ("image_backend = 'cuda' and gpus = ['RTX 4080'] but Docker has no nvidia runtime",)),
+        ("image_backend = 'cuda' ({w}) and gpus = ['RTX 4080'] ({w}) but Docker has no nvidia runtime",)),
     Bad("vulkan-worker-without-a-vulkan-device", on_worker('{"image_backend": "vulkan", "gpus": ["RX 7900 XTX"]}'),
-        ("image_backend = 'vulkan' and gpus = ['RX 7900 XTX'] but no Vulkan device: no /dev/dri/renderD* on the host",
-         "or gpus = [] for the CPU's Vulkan device (lavapipe)")),
+        ("image_backend = 'vulkan' ({w}) and gpus = ['RX 7900 XTX'] ({w}) but no Vulkan device: no /dev/dri/renderD* "
+         "on the host", "or gpus = [] for the CPU's Vulkan device (lavapipe)")),
     Bad("model-unreadable-by-the-service-user", on_coordinator('{"llama_model_path": "/models/private.gguf"}'),
         ("{c}: llama_model_path = '/models/private.gguf': llama-server runs as the unprivileged user llama-rpc, "
          "which cannot read it", "chmod o+r FILE")),

@@ -7,6 +7,7 @@ import pytest
 
 from llama_rpc_deploy import image, plan, render, status
 from llama_rpc_deploy.cluster import cuda_architectures
+from llama_rpc_deploy.cluster_checks import OLD_VULKAN_BASES
 from llama_rpc_deploy.deployment import Deployment, backend_is_in_the_tree, gpus_inventory, offline_cluster
 from llama_rpc_deploy.facts import RenderNodes
 from llama_rpc_deploy.gpus import lookup
@@ -29,6 +30,40 @@ def test_a_worker_takes_the_coordinators_backend_unless_it_sets_its_own():
     assert c.workers[0].origins["image_backend"] == c.coordinator.origins["image_backend"] == "inventory.py (host 10.0.0.10)"
     assert [h.backend for h in cluster().hosts] == ["cuda", "cuda"]  # nothing set: cuda, as before per-host backends
     assert mixed().backends == ["cuda", "vulkan", "cpu"]
+
+
+def test_lavapipe_only_where_a_worker_asks_for_vulkan_itself():
+    """A worker without gpus that takes vulkan from the coordinator serves its CPU (ggml-vulkan finds no device);
+    one that sets vulkan itself serves lavapipe. The coordinator never gets lavapipe (its devices are its gpus)."""
+    c = cluster(coordinator={"image_backend": "vulkan", "gpus": ["RX 7900 XTX"]},
+                workers=[{"gpus": []}, {"image_backend": "vulkan", "gpus": []}])
+    assert [w.backend for w in c.workers] == ["vulkan", "vulkan"]
+    assert [w.software_vulkan for w in c.hosts] == [False, False, True]
+    inherited, own = (render.worker_files(c, w, "img")["/opt/llama-rpc/rpc-server.sh"] for w in c.workers)
+    assert "GGML_VK_VISIBLE_DEVICES" not in inherited and "/dev/dri" not in inherited
+    assert "GGML_VK_VISIBLE_DEVICES=0" in own
+    assert "GGML_VK_VISIBLE_DEVICES" not in render.coordinator_files(c, "img")["/opt/llama-rpc/llama-server.sh"]
+
+
+@pytest.mark.parametrize("base, old", [
+    ("debian:bookworm", True), ("debian:12-slim", True), ("debian:oldstable", True), ("ubuntu:22.04", True),
+    ("ubuntu:jammy", True), ("nvidia/cuda:12.4.1-devel-ubuntu22.04", True), ("llama-rpc-lab/debian:bookworm", True),
+    ("debian:trixie", False), ("debian:13", False), ("ubuntu:24.04", False), ("nvidia/cuda:12.8.1-devel-ubuntu24.04", False),
+    ("llama-rpc-lab/debian:trixie", False), ("registry.example/debian:trixie-slim", False)])
+def test_bases_too_old_for_the_vulkan_build(base, old):
+    assert bool(OLD_VULKAN_BASES.search(base)) == old
+
+
+def test_a_vulkan_runtime_older_than_its_build_is_refused():
+    with pytest.raises(SettingsError, match="image_vulkan_runtime_image = 'debian:bookworm-slim': older than the build's base"):
+        cluster(workers=[{"image_backend": "vulkan", "gpus": []}], all_data={"image_vulkan_runtime_image": "debian:bookworm-slim"})
+
+
+def test_a_cuda_coordinator_by_default_is_named_where_it_is_listed():
+    """The coordinator's backend unset (cuda) and no cuda host with gpus: the error points at its inventory line."""
+    with pytest.raises(SettingsError, match=r"^inventory.py \(host 10.0.0.10\): image_backend = 'cuda' but no host lists "
+                                            r"gpus \(cuda: 10.0.0.10\)"):
+        cluster(coordinator={"gpus": []}, workers=[{"image_backend": "vulkan", "gpus": ["RX 7900 XTX"]}])
 
 
 def test_one_image_per_backend_built_from_its_own_bases():
