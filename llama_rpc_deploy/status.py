@@ -90,8 +90,10 @@ def host_script(host: HostPlan, role: str, tunnel: bool = False) -> str:
     ]
     if role == WORKERS:
         lines.append(f"echo '== cache'; {cache_bytes_command(host)}")
-        # rpc-server lists its devices when it starts ("  Vulkan0: llvmpipe (...) (MiB, MiB free)"): the last start's
-        lines.append(f"echo '== rpc devices'; journalctl -u {shell(unit)} -o cat --no-pager -n 2000 2>/dev/null | "
+        # rpc-server lists its devices when it starts ("  Vulkan0: llvmpipe (...) (MiB, MiB free)"): the running
+        # service's start (its invocation's log, whose start is the list; then a line per client connection)
+        lines.append(f"echo '== rpc devices'; journalctl -u {shell(unit)} _SYSTEMD_INVOCATION_ID=\"$(systemctl show -p "
+                     f"InvocationID --value {shell(unit)})\" -o cat --no-pager 2>/dev/null | head -n 200 | "
                      "awk '/^Starting RPC server/ { n = 0; delete d } /^Devices:/ { on = 1; next } "
                      "on && /^  [A-Za-z]+[0-9]*: / { d[n++] = substr($0, 3); next } { on = 0 } "
                      "END { for (i = 0; i < n; i++) print d[i] }'")

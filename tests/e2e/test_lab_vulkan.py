@@ -19,12 +19,20 @@ from lab.testmodel import SENTENCE, sentence_tokens
 from llama_rpc_deploy.deployment import PROJECT, from_cluster, offline_cluster
 from llama_rpc_deploy.loadtest import until_serving
 
+from llama_rpc_deploy import facts, transfer
+from llama_rpc_deploy.quoting import shell
+
 from . import INVENTORY, WORKERS, changed, needs_docker, on, operations, pyinfra
+from .test_lab_layers import LAYERS, NEW_BYTES, rx_bytes
 from .test_lab_tokens import alone, chat, openai_client, same_tokens, split_api, streamed_chat  # noqa: F401 (alone: a fixture)
 
 pytestmark = needs_docker
 COORDINATOR, WORKER1, WORKER2 = 0, 1, 2
 MIXED = lab.LAB_DIR / "inventory-vulkan.py"
+PROBE = "llama-rpc-vulkan-layer-probe:1"
+# what the running rpc-server printed as it started (a line per client connection follows)
+STARTED = ('journalctl -u rpc-server _SYSTEMD_INVOCATION_ID="$(systemctl show -p InvocationID --value rpc-server)" '
+           "-o cat --no-pager | head -n 100")
 # lavapipe against llama.cpp's CPU backend: two implementations of every kernel. Vulkan's matrix products take
 # their activations in f16 (fp16: 1 on lavapipe) and sum in another order, so a layer's output differs at f16's
 # 2**-11 relative rounding, as the split against one process already does through f16 KV (0.01 there); the
@@ -92,10 +100,10 @@ def test_both_images_are_the_same_llama_cpp(cluster):
 
 
 def test_the_vulkan_worker_serves_lavapipe(cluster):
-    log = on(WORKER2, "journalctl -u rpc-server -o cat --no-pager -n 300").stdout
+    log = on(WORKER2, STARTED).stdout
     assert "ggml_vulkan: 0 = llvmpipe" in log, log[-2000:]
-    assert "Vulkan0: llvmpipe" in log, log[-2000:]  # rpc-server serves it, not the CPU
-    assert "CPU:" in on(WORKER1, "journalctl -u rpc-server -o cat --no-pager -n 300").stdout
+    assert "Vulkan0: llvmpipe" in log and "CPU:" not in log, log[-2000:]  # rpc-server serves it, not the CPU
+    assert "CPU:" in on(WORKER1, STARTED).stdout
 
 
 def test_status_shows_each_hosts_backend(cluster):
@@ -120,6 +128,32 @@ def test_cpu_and_vulkan_workers_give_one_process_tokens(cluster, alone, call):
     same_tokens(split[1], one[1], VULKAN_LOGPROB_TOLERANCE)
     worst = max(abs(a[t] - b[t]) for (_, a), (_, b) in zip(split[1], one[1]) for t in a.keys() & b.keys())
     print(f"largest |log-probability difference|, CPU + Vulkan workers against one process: {worst:.5f}")
+
+
+def test_a_new_layer_of_the_vulkan_image_is_all_that_crosses(cluster):
+    """An upgrade of the vulkan image sends its worker only the layers it lacks, with the deploy's own transfer
+    (as tests/e2e/test_lab_layers.py shows for the cpu image): a probe image on top of the deployed vulkan one, with
+    one new layer of random bytes, sent to the vulkan worker."""
+    image = from_cluster(cluster, with_key=False).image_of(cluster.workers[1].name)
+    built = on(COORDINATOR, f"printf 'FROM {image}\\nRUN head -c {NEW_BYTES} /dev/urandom > /probe\\n' | "
+                            f"docker build -q -t {PROBE} - && docker image inspect --format '{{{{.Id}}}}' {PROBE}")
+    assert built.returncode == 0, built.stderr
+    try:
+        fact = facts.DockerImageLayers()  # what the deploy reads from the worker
+        lab.put_file("coordinator", LAYERS, transfer.layers_text(fact.process(on(WORKER2, fact.command()).stdout.splitlines())))
+        command = transfer.send_command(PROBE, cluster.workers[1].address, layers_file=LAYERS,
+                                        skip_layers=f"/opt/llama-rpc/{transfer.SKIP_LAYERS}")
+        before = rx_bytes(WORKER2)
+        sent = on(COORDINATOR, f"bash -c {shell(command)}")
+        received = rx_bytes(WORKER2) - before
+        assert sent.returncode == 0, sent.stderr
+        assert "left out" in sent.stderr and "layers the receiver has" in sent.stderr
+        assert on(WORKER2, f"docker image inspect --format '{{{{.Id}}}}' {PROBE}").stdout.strip() == built.stdout.split()[-1]
+        image_bytes = int(on(COORDINATOR, f"docker image inspect --format '{{{{.Size}}}}' {PROBE}").stdout)
+        assert NEW_BYTES < received < NEW_BYTES * 1.1 + 200_000 < image_bytes / 50, (received, image_bytes)
+    finally:
+        for host in (COORDINATOR, WORKER2):
+            on(host, f"docker rmi -f {PROBE} >/dev/null 2>&1")
 
 
 def test_a_second_deploy_changes_nothing(cluster):
