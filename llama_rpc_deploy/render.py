@@ -200,9 +200,11 @@ def _program(deploy_dir: str, name: str, env: str) -> dict[str, str]:
             f"{deploy_dir}/{name.removesuffix('.sh')}.env": env}
 
 
-# what rpc-server serves, in the launch script's first line, by (image_backend, whether the host lists GPUs)
-DEVICE_WORDS = {("cuda", True): "GPUs (CUDA)", ("vulkan", True): "GPUs (Vulkan)", ("cpu", True): "CPU",
-                ("cuda", False): "CPU", ("vulkan", False): "CPU", ("cpu", False): "CPU"}
+def served_device(worker: HostPlan) -> str:
+    """What rpc-server serves, in words, for the launch script's first line (as device_options passes it)."""
+    if worker.software_vulkan:
+        return "CPU's Vulkan device (lavapipe)"
+    return {"cuda": "GPUs (CUDA)", "vulkan": "GPUs (Vulkan)"}.get(worker.backend, "CPU") if worker.gpus else "CPU"
 
 
 def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, str]:
@@ -216,8 +218,7 @@ def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, st
                  else "rpc_firewall is off: firewall the port yourself")
     return {
         f"{s['deploy_dir']}/rpc-server.sh": _render(
-            "rpc-server.sh.j2", host_name=worker.name, device=("CPU's Vulkan device (lavapipe)" if worker.software_vulkan
-                                                             else DEVICE_WORDS[worker.backend, bool(worker.gpus)]),
+            "rpc-server.sh.j2", host_name=worker.name, device=served_device(worker),
             bind_host=worker.rpc_bind, guard=guard, image=quoting.shell(image),
             docker_options=container_options("rpc-server", worker,
                                               [(s["rpc_cache_dir"], "/cache", False)], WORKERS),

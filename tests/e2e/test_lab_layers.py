@@ -38,11 +38,11 @@ def probe():
             on(host, f"docker rmi -f {PROBE}:1 {PROBE}:2 >/dev/null 2>&1")
 
 
-def send(cluster, image: str, have) -> subprocess.CompletedProcess:
-    """The deploy's transfer command, run on the coordinator under bash as the deploy runs it, with
-    `have` as the worker's images."""
+def send(cluster, image: str, have, worker: int = 0) -> subprocess.CompletedProcess:
+    """The deploy's transfer command to the worker of that index, run on the coordinator under bash as the deploy
+    runs it, with `have` as the worker's images."""
     lab.put_file("coordinator", LAYERS, transfer.layers_text(have))
-    command = transfer.send_command(image, cluster.workers[0].address, layers_file=LAYERS, skip_layers=FILTER)
+    command = transfer.send_command(image, cluster.workers[worker].address, layers_file=LAYERS, skip_layers=FILTER)
     return on(0, f"bash -c {shell(command)}")
 
 

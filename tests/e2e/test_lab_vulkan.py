@@ -19,11 +19,10 @@ from lab.testmodel import SENTENCE, sentence_tokens
 from llama_rpc_deploy.deployment import PROJECT, from_cluster, offline_cluster
 from llama_rpc_deploy.loadtest import until_serving
 
-from llama_rpc_deploy import facts, transfer
-from llama_rpc_deploy.quoting import shell
+from llama_rpc_deploy import facts
 
 from . import INVENTORY, WORKERS, changed, needs_docker, on, operations, pyinfra
-from .test_lab_layers import LAYERS, NEW_BYTES, rx_bytes
+from .test_lab_layers import NEW_BYTES, rx_bytes, send
 from .test_lab_tokens import alone, chat, openai_client, same_tokens, split_api, streamed_chat  # noqa: F401 (alone: a fixture)
 
 pytestmark = needs_docker
@@ -140,11 +139,9 @@ def test_a_new_layer_of_the_vulkan_image_is_all_that_crosses(cluster):
     assert built.returncode == 0, built.stderr
     try:
         fact = facts.DockerImageLayers()  # what the deploy reads from the worker
-        lab.put_file("coordinator", LAYERS, transfer.layers_text(fact.process(on(WORKER2, fact.command()).stdout.splitlines())))
-        command = transfer.send_command(PROBE, cluster.workers[1].address, layers_file=LAYERS,
-                                        skip_layers=f"/opt/llama-rpc/{transfer.SKIP_LAYERS}")
+        have = fact.process(on(WORKER2, fact.command()).stdout.splitlines())
         before = rx_bytes(WORKER2)
-        sent = on(COORDINATOR, f"bash -c {shell(command)}")
+        sent = send(cluster, PROBE, have, worker=1)
         received = rx_bytes(WORKER2) - before
         assert sent.returncode == 0, sent.stderr
         assert "left out" in sent.stderr and "layers the receiver has" in sent.stderr
