@@ -7,95 +7,27 @@ detected in operation ordering DAG" before anything changes (docs: deploy-proces
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
-import pyinfra
 import pytest
-from pyinfra.api import Config, State
-from pyinfra.api.host import Host
-from pyinfra.api.state import StateStage
-from pyinfra.context import ctx_config, ctx_inventory, ctx_state
-from pyinfra.facts import deb as deb_facts
-from pyinfra.facts import files as file_facts
-from pyinfra.facts import server as server_facts
-from pyinfra.facts import systemd as systemd_facts
+from pyinfra.api import State
 
-from llama_rpc_deploy import deployment, facts, render
+from llama_rpc_deploy import render
 from llama_rpc_deploy.paths import PROJECT
 
+from .. import wiring
 from .shaped import write_shaped
 
 COORDINATOR, WORKERS = "10.0.0.10", ["10.0.0.11", "10.0.0.12", "10.0.0.13"]
 MODEL = "/models/wiring.gguf"
-IMAGE_ID = "sha256:" + "1" * 64
-
-
-class Unchanged(str):
-    """A remote checksum equal to whatever it is compared with: the file on the host is the one rendered."""
-    def __eq__(self, other): return True
-    def __ne__(self, other): return False
-    __hash__ = str.__hash__
-
-
-def fake_facts(changed: dict[str, set[str]], header: bytes, header_size: int):
-    """Host.get_fact for this test: every host has what the deploy needs (the image, its services running),
-    and on each host exactly the files named in changed[host] differ from what the deploy renders."""
-    def get_fact(host: Host, fact, *args, **kwargs):
-        path = kwargs.get("path", "")
-        answers = {
-            facts.MissingCommands: [], facts.DockerRuntimes: ["runc"], facts.NvidiaGpus: [],
-            facts.TcpListener: None, facts.TcpReachable: True, facts.GgufFiles: [],
-            facts.SshHostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTheWiringTest",
-            facts.DockerImageId: IMAGE_ID, facts.DockerImageLayers: [],
-            facts.GgufHeader: (header_size, header[:kwargs.get("limit", len(header))]),
-        }
-        if fact in answers:
-            return answers[fact]
-        if fact is deb_facts.DebPackages:
-            return {"haproxy": ["2.6.12-1+deb12u4"], "socat": ["1.7.4.4-2"]}
-        if fact in (file_facts.Sha1File, file_facts.Sha256File):
-            return "0" * 40 if path in changed.get(host.name, ()) else Unchanged("same")
-        if fact is file_facts.File:
-            return {"mode": 755 if path.endswith(".sh") else 644, "user": "root", "group": "root", "size": 1}
-        if fact is file_facts.Directory:
-            return {"mode": 755, "user": "root", "group": "root"}
-        if fact is file_facts.FindInFile:
-            return ["present"]
-        if fact is systemd_facts.SystemdStatus:
-            return {unit: True for unit in (render.WORKER_UNIT, render.COORDINATOR_UNIT, render.FIREWALL_UNIT,
-                                            render.WATCHDOG_UNIT, render.WORKER_WATCHDOG_UNIT,
-                                            render.CACHE_PRUNE_TIMER, render.FRONT_UNIT)}
-        if fact is systemd_facts.SystemdEnabled:
-            return {unit: True for unit in (render.WORKER_UNIT, render.COORDINATOR_UNIT, render.FIREWALL_UNIT,
-                                            render.WATCHDOG_UNIT, render.WORKER_WATCHDOG_UNIT,
-                                            render.CACHE_PRUNE_TIMER, render.FRONT_UNIT)}
-        if fact is server_facts.Users:
-            return {"llama-rpc": {"home": "/nonexistent", "shell": "/usr/sbin/nologin", "group": "llama-rpc",
-                                  "groups": [], "uid": 999, "gid": 999, "comment": None}}
-        if fact is server_facts.Groups:
-            return {"llama-rpc"}
-        if fact is server_facts.Os:
-            return "Linux"
-        if fact is server_facts.TmpDir:
-            return "/tmp"
-        raise AssertionError(f"the wiring test fakes no {fact.__name__}({kwargs}): add it")
-    return get_fact
 
 
 def prepare(tmp_path: Path, monkeypatch, changed: dict[str, set[str]], workers_data: dict | None = None,
             extra: str = "") -> State:
-    """deploy.py through pyinfra's prepare stage, as its CLI does it (pyinfra_cli/cli.py), the facts faked."""
-    from pyinfra_cli.inventory import make_inventory
-    from pyinfra_cli.util import load_deploy_file
-
+    """deploy.py through pyinfra's prepare stage (tests/wiring.py) for one coordinator and three workers, on each
+    host exactly the files in changed[host] differing from what the deploy renders."""
     header = write_shaped(tmp_path / "model.gguf", arch="llama", n_layer=8, n_embd=512, n_head=8, n_head_kv=4,
                           head_dim=64, n_ff=1024, n_vocab=1000).read_bytes()
-    key = tmp_path / "state" / "transfer_ed25519"
-    key.parent.mkdir(parents=True)
-    key.write_text("fake private key\n")
-    key.with_suffix(".pub").write_text("ssh-ed25519 AAAA fake\n")
-    monkeypatch.setattr(deployment, "transfer_key", lambda *a, **k: key)
     workers_data = workers_data or {}
     inventory_file = tmp_path / "inventory.py"
     inventory_file.write_text(
@@ -104,22 +36,9 @@ def prepare(tmp_path: Path, monkeypatch, changed: dict[str, set[str]], workers_d
         % (MODEL, tmp_path / "llama.cpp.tar.gz", COORDINATOR,
            ", ".join(f'("{w}", {workers_data.get(w, {})!r})' for w in WORKERS)) + extra)
     (tmp_path / "llama.cpp.tar.gz").write_bytes(b"not really a tarball")
-    monkeypatch.setattr(Host, "get_fact", fake_facts(changed, header, 4_000_000))
-    monkeypatch.setattr(pyinfra, "is_cli", True)  # operations ordered by the lines that create them, as in the CLI
     monkeypatch.chdir(PROJECT)
-
-    state = State(check_for_changes=True)
-    config = Config()
-    with ctx_state.use(state), ctx_config.use(config):
-        inventory = make_inventory(str(inventory_file), cwd=str(PROJECT))
-        with ctx_inventory.use(inventory):
-            state.init(inventory, config)
-            for host in inventory:  # as connect_all does for each host it reached
-                state.activate_host(host)
-            state.set_stage(StateStage.Prepare)
-            state.current_op_file_number = 0
-            load_deploy_file(state, str(PROJECT / "deploy.py"))
-    return state
+    return wiring.prepare(inventory_file, wiring.fake_facts(changed, header, 4_000_000),
+                          wiring.fake_transfer_key(tmp_path))
 
 
 # Paths as the deploy installs them (group_data's deploy_dir is /opt/llama-rpc)
