@@ -1,7 +1,7 @@
 """Models on demand on the lab: how long a switch between two models takes, with and without rpc-server's
 tensor cache, each figure measured in one run.
 
-    python3 benchmarks/model_switch.py [--rounds 3] [--out docs/model-switch.md]
+    python3 -m benchmarks.model_switch [--rounds 3] [--out docs/model-switch.md]
 
 Two generated models of the same shape (about 760 MB each, FFN tensors past rpc-server's 10 MiB
 hash threshold, so they are cached) are served with llama_models next to the lab's own model, over
@@ -16,20 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 import urllib.error
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.suite import deploy, lab_hosts, limit_links, on, sh  # noqa: E402
-from lab import lab  # noqa: E402
-from llama_rpc_deploy import client, render  # noqa: E402
-from llama_rpc_deploy.bench import time_to_first_token  # noqa: E402
-from llama_rpc_deploy.deployment import offline_cluster  # noqa: E402
-from lab.testmodel import Shape, write_model  # noqa: E402
+from benchmarks.labkit import INVENTORY, RESULTS, ROOT, deploy, lab_hosts, limit_links, on, sh
+from lab import lab
+from llama_rpc_deploy import client, render
+from llama_rpc_deploy.bench import time_to_first_token
+from llama_rpc_deploy.deployment import offline_cluster
+from lab.testmodel import Shape, write_model
 
 FOLDER = "/models/switch"
 SHAPE = Shape(n_layer=8, n_embd=2048, n_head=16, n_head_kv=8, n_ff=5632)  # FFN tensors 23 MB each
@@ -70,13 +66,12 @@ def empty_caches(cluster) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "model-switch.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "model-switch.md")
     args = parser.parse_args()
-    inventory = lab.LAB_DIR / "inventory.py"
     sizes = {name: place(name, seed) for seed, name in enumerate(MODELS, start=1)}
     models = {name: {"llama_model_path": f"{FOLDER}/{name}.gguf"} for name in MODELS}
-    deploy(inventory, f"llama_models={json.dumps(models)}")
-    cluster = offline_cluster(inventory, overrides={"llama_models": models})
+    deploy(INVENTORY, f"llama_models={json.dumps(models)}")
+    cluster = offline_cluster(INVENTORY, overrides={"llama_models": models})
     hosts = lab_hosts(cluster)
     limit_links(hosts)
     try:
@@ -97,7 +92,7 @@ def main() -> None:
                     figures.setdefault(f"switch_{kind}_cache_s", []).append(switch(cluster, name))
     finally:
         limit_links(hosts, on_=False)
-        deploy(inventory)
+        deploy(INVENTORY)
     result = {"model_bytes": sizes[MODELS[0]], "workers": len(cluster.workers), "rounds": args.rounds, "link": "1gbit",
               **{k: round(statistics.median(v), 3) for k, v in figures.items()}}
     result["switch_with_over_without"] = round(result["switch_with_cache_s"] / result["switch_without_cache_s"], 3)
@@ -113,7 +108,7 @@ def markdown(r: dict) -> str:
                                        ("the request after that", "next_request")))
     return f"""# Models on demand: switching models
 
-`python3 benchmarks/model_switch.py` (about 10 minutes; the lab up, `python3 -m llama_rpc_deploy lab up`).
+`python3 -m benchmarks.model_switch` (about 10 minutes; the lab up, `python3 -m llama_rpc_deploy lab up`).
 
 Two generated models of {r['model_bytes'] / 1e6:.0f} MB each, served with `llama_models` next to the lab's own
 model, split across {r['workers']} CPU workers and the coordinator, links limited to 1 Gbit/s. Medians of

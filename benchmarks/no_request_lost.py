@@ -1,6 +1,6 @@
 """No request lost: 4 clients keep asking while the lab breaks, restarts and redeploys behind the front.
 
-    python3 benchmarks/no_request_lost.py [--cases rpc-kill,cut-20,...] [--out docs/no-request-lost.md]
+    python3 -m benchmarks.no_request_lost [--cases rpc-kill,cut-20,...] [--out docs/no-request-lost.md]
 
 The lab up and deployed (`python3 -m llama_rpc_deploy lab up`, then `pyinfra -y .lab/inventory.py deploy.py`);
 about 30 minutes for every case. Each case runs once, with 4 client threads started together, each in a loop
@@ -32,45 +32,26 @@ prints the table. The lab's own settings are deployed again at the end.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import math
 import os
 import platform
-import random
 import re
-import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
-import urllib.error
-import urllib.parse
 from collections import Counter
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks import labkit
+from benchmarks.client_load import CLIENT_TIMEOUT, SERVED_BOUND, Load, figures
+from benchmarks.front_cost import PLACEMENTS, case_front_cost
+from benchmarks.labkit import INVENTORY, RESULTS, ROOT, cpu_model, git, log, on
+from lab import lab
+from llama_rpc_deploy import client, render
+from llama_rpc_deploy.deployment import from_cluster, offline_cluster
+from llama_rpc_deploy.loadtest import until_serving
 
-try:  # pyinfra_cli (the inventory loader) would turn this process's threads into greenlets: the clients are threads
-    from gevent import monkey
-except ImportError:
-    pass
-else:
-    monkey.patch_all = lambda *args, **kwargs: None
-
-from lab import lab  # noqa: E402
-from llama_rpc_deploy import client, render  # noqa: E402
-from llama_rpc_deploy.deployment import from_cluster, offline_cluster  # noqa: E402
-from llama_rpc_deploy.loadtest import until_serving  # noqa: E402
-
-INVENTORY = lab.LAB_DIR / "inventory.py"
-CLIENT_TIMEOUT = 300
-PLAIN_CLIENTS, STREAM_CLIENTS = 3, 1
-PLAIN_TOKENS, STREAM_TOKENS = 16, 32
-SERVED_BOUND = 240  # seconds a case waits, after its fault, for every client to be served again
 SWITCH_FOLDER = "/models/no-request-lost"
 CASES = ("front-cost", "rpc-kill", "rpc-kill-process", "worker-reboot", "cut-20", "cut-60", "redeploy-ctx",
          "upgrade", "front-reload", "wake", "model-switch")
@@ -85,183 +66,7 @@ BEFORE = {
 }
 
 
-def on(host: str, command: str, check: bool = True) -> str:
-    return lab.run_on(host, command, check=check)
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-# --- the clients ----------------------------------------------------------------------------------------
-
-@dataclass
-class Req:
-    client: int
-    kind: str  # "plain" (non-streamed /completion) or "stream" (streamed /v1/chat/completions)
-    start: float  # seconds since the load started
-    end: float
-    ok: bool
-    error: str = ""
-    tokens: int = 0
-    ttft: float | None = None  # streamed: seconds to the first token
-    model: str | None = None
-
-
-class Load:
-    """PLAIN_CLIENTS + STREAM_CLIENTS threads, started together, each in a loop until stop()."""
-
-    def __init__(self, cluster, models: list[str] | None = None):
-        self.cluster, self.models = cluster, models
-        self.requests: list[Req] = []
-        self.lock, self.stopping = threading.Lock(), threading.Event()
-        self.n = PLAIN_CLIENTS + STREAM_CLIENTS
-        self.barrier = threading.Barrier(self.n + 1)
-        self.threads = [threading.Thread(target=self.loop, args=(i,), daemon=True) for i in range(self.n)]
-        url = urllib.parse.urlsplit(client.server_url(cluster))
-        self.host, self.port = url.hostname, url.port
-        self.t0 = self.wall0 = 0.0
-
-    def start(self) -> "Load":
-        for thread in self.threads:
-            thread.start()
-        self.barrier.wait()
-        self.t0, self.wall0 = time.monotonic(), time.time()
-        return self
-
-    def now(self) -> float:
-        return time.monotonic() - self.t0
-
-    def wall(self, t: float) -> float:
-        return self.wall0 + t
-
-    def loop(self, index: int) -> None:
-        self.barrier.wait()
-        kind = "stream" if index >= PLAIN_CLIENTS else "plain"
-        i = 0
-        while not self.stopping.is_set():
-            model = self.models[(index + i) % len(self.models)] if self.models else None
-            begin = time.monotonic() - self.t0
-            request = self.stream(index, i, model, begin) if kind == "stream" else self.plain(index, i, model, begin)
-            with self.lock:
-                self.requests.append(request)
-            if not request.ok:
-                time.sleep(0.5)
-            i += 1
-
-    def plain(self, index: int, i: int, model: str | None, begin: float) -> Req:
-        try:
-            reply = client.complete(self.cluster, f"Tell me about computers ({index}.{i})", PLAIN_TOKENS,
-                                    timeout=CLIENT_TIMEOUT, model=model)
-            tokens = reply.get("timings", {}).get("predicted_n", 0)
-            ok = isinstance(reply.get("content"), str) and tokens > 0
-            return Req(index, "plain", begin, self.now(), ok, "" if ok else f"odd reply {str(reply)[:120]}",
-                       tokens=tokens, model=model)
-        except urllib.error.HTTPError as error:
-            body = error.read()[:160].decode(errors="replace")
-            return Req(index, "plain", begin, self.now(), False, f"HTTP {error.code}: {body}", model=model)
-        except Exception as error:  # a failed request is data here
-            return Req(index, "plain", begin, self.now(), False, f"{type(error).__name__}: {error}"[:200], model=model)
-
-    def stream(self, index: int, i: int, model: str | None, begin: float) -> Req:
-        body = {**client.model_field(self.cluster, model), "temperature": 0, "max_tokens": STREAM_TOKENS,
-                "stream": True, "messages": [{"role": "user", "content": f"Tell me about computers ({index}.{i})"}]}
-        tokens, ttft, finished, done = 0, None, False, False
-        connection = http.client.HTTPConnection(self.host, self.port, timeout=CLIENT_TIMEOUT)
-        try:
-            connection.request("POST", "/v1/chat/completions", json.dumps(body), client.headers(self.cluster))
-            response = connection.getresponse()
-            if response.status != 200:
-                text = response.read()[:160].decode(errors="replace")
-                return Req(index, "stream", begin, self.now(), False, f"HTTP {response.status}: {text}", model=model)
-            buffer = b""
-            while True:  # to the end of the answer (its last chunk), [DONE] or not
-                chunk = response.read1(65536)  # a stream cut before its last chunk raises IncompleteRead here
-                if not chunk:
-                    break
-                buffer += chunk
-                while b"\n" in buffer and not done:
-                    line, buffer = buffer.split(b"\n", 1)
-                    line = line.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        done = True
-                        break
-                    event = json.loads(data)
-                    if "error" in event:
-                        return Req(index, "stream", begin, self.now(), False, f"error event after {tokens} tokens: "
-                                   f"{json.dumps(event['error'])[:140]}", tokens, ttft, model)
-                    choice = (event.get("choices") or [{}])[0]
-                    if choice.get("delta", {}).get("content"):
-                        tokens += 1
-                        ttft = ttft if ttft is not None else self.now() - begin
-                    finished = finished or bool(choice.get("finish_reason"))
-            ok = done and finished
-            error = "" if ok else f"stream ended without {'[DONE]' if not done else 'a finish_reason'} after {tokens} tokens"
-            return Req(index, "stream", begin, self.now(), ok, error, tokens, ttft, model)
-        except Exception as error:
-            return Req(index, "stream", begin, self.now(), False,
-                       f"{type(error).__name__} after {tokens} tokens: {error}"[:200], tokens, ttft, model)
-        finally:
-            connection.close()
-
-    def served_since(self, t: float) -> set[int]:
-        """Clients with a request sent at or after t and answered."""
-        with self.lock:
-            return {r.client for r in self.requests if r.ok and r.start >= t}
-
-    def until_every_client_served(self, t: float, bound: float = SERVED_BOUND, settle: float = 2.0) -> bool:
-        """Keep the load until every client was answered a request sent at or after t (bounded), then settle s."""
-        deadline = time.monotonic() + bound
-        while len(self.served_since(t)) < self.n:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.2)
-        time.sleep(settle)
-        return True
-
-    def stop(self) -> list[Req]:
-        self.stopping.set()
-        for thread in self.threads:
-            thread.join(CLIENT_TIMEOUT + 30)
-        with self.lock:
-            return sorted(self.requests, key=lambda r: r.start)
-
-
-# --- what one run of a case gives ----------------------------------------------------------------------
-
-def figures(reqs: list[Req], fault: float, heal: float | None = None) -> dict:
-    """sent/failed per kind; the longest time without an answer from the fault on, and the first answer once
-    the fault took effect (the end of that stretch), from the fault (or, for a cut, the first after the heal)."""
-    plain = [r for r in reqs if r.kind == "plain"]
-    stream = [r for r in reqs if r.kind == "stream"]
-    ends = sorted(r.end for r in reqs if r.ok and r.end > fault)
-    points = [fault] + ends
-    gaps = [(points[i], points[i + 1] - points[i]) for i in range(len(points) - 1)]
-    longest = max(gaps, key=lambda g: g[1], default=(fault, None))
-    f = {
-        "sent": len(reqs), "sent_plain": len(plain), "sent_stream": len(stream),
-        "failed": sum(not r.ok for r in reqs), "failed_plain": sum(not r.ok for r in plain),
-        "failed_stream": sum(not r.ok for r in stream),
-        "errors": dict(Counter(re.sub(r"\d+(\.\d+)?", "N", r.error)[:120] for r in reqs if not r.ok)),
-        "failed_requests": [asdict(r) for r in reqs if not r.ok][:20],
-        "longest_request_s": round(max((r.end - r.start for r in reqs), default=0), 2),
-        "longest_plain_s": round(max((r.end - r.start for r in plain), default=0), 2),
-        "longest_stream_s": round(max((r.end - r.start for r in stream), default=0), 2),
-        "streams_in_flight_at_fault": sum(r.start <= fault < r.end for r in stream),
-        "longest_no_answer_s": round(longest[1], 2) if longest[1] is not None else None,
-        "no_answer_from_s": round(longest[0], 2),
-        "first_answer_s": round(longest[0] + longest[1] - fault, 2) if longest[1] is not None else None,
-        "stretches_over_1s": [[round(a, 2), round(b, 2)] for a, b in gaps if b > 1.0][:20],
-        "tokens_per_s_all": round(sum(r.tokens for r in reqs if r.ok) / max(1e-9, max((r.end for r in reqs), default=1)), 1),
-    }
-    if heal is not None:
-        after = [e for e in ends if e > heal]
-        f["first_answer_after_heal_s"] = round(after[0] - heal, 2) if after else None
-    return f
-
+# --- what the front and the journal say -----------------------------------------------------------------
 
 def front_figures() -> dict:
     """The coordinator's front figures as `llama-rpc status --json` gives them."""
@@ -352,14 +157,12 @@ def serving(cluster, bound: float = 240) -> float | None:
 
 
 def pyinfra(*data: str) -> dict:
-    args = [a for d in data for a in ("--data", d)]
-    start = time.monotonic()
-    result = subprocess.run(["pyinfra", "-y", *args, str(INVENTORY), "deploy.py"], cwd=ROOT, capture_output=True,
-                            text=True)
-    r = {"data": list(data), "rc": result.returncode, "seconds": round(time.monotonic() - start, 1)}
-    if result.returncode != 0:
-        r["tail"] = (result.stdout[-2500:] + result.stderr[-1500:])
-        log(f"deploy {' '.join(args)} FAILED ({result.returncode}):\n{r['tail'][-1500:]}")
+    """The lab deployed with these settings over its own, as the report records it (a failure is data here)."""
+    done = labkit.pyinfra(INVENTORY, *data)
+    r = {"data": list(data), "rc": done.rc, "seconds": round(done.seconds, 1)}
+    if done.rc != 0:
+        r["tail"] = (done.stdout[-2500:] + done.stderr[-1500:])
+        log(f"deploy {done.describe()} FAILED ({done.rc}):\n{r['tail'][-1500:]}")
     return r
 
 
@@ -551,164 +354,6 @@ def case_model_switch(cluster) -> dict:
     return r
 
 
-COST_CLIENT = r"""
-import http.client, json, os, subprocess, sys, time
-key = sys.stdin.readline().strip()
-ways, pairs, tokens = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-FRONT, SERVER = sys.argv[4], "llama-server --"
-
-def pids(pattern):  # the processes whose command line has pattern (not this one)
-    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
-    return [int(p) for p in out if int(p) != os.getpid()]
-
-def cpu_ns(ps):  # CPU time so far (the scheduler's, in ns) of the processes ps
-    total = 0
-    for p in ps:
-        try:
-            total += int(open(f"/proc/{p}/schedstat").read().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return total
-
-def one(way):
-    host, port = ways[way]
-    body = json.dumps({"messages": [{"role": "user", "content": "Once upon a time"}], "max_tokens": tokens,
-                       "stream": True, "temperature": 0, "ignore_eos": True, "cache_prompt": False})
-    front, server = pids(FRONT), pids(SERVER)
-    cpu = (cpu_ns(front), cpu_ns(server))
-    connection = http.client.HTTPConnection(host, port, timeout=120)
-    start = time.perf_counter()
-    connection.request("POST", "/v1/chat/completions", body,
-                       {"Content-Type": "application/json", "Authorization": "Bearer " + key})
-    response = connection.getresponse()
-    assert response.status == 200, (way, response.status, response.read()[:200])
-    times = []
-    while True:
-        line = response.readline()
-        if not line or line.strip() == b"data: [DONE]":
-            break
-        if line.startswith(b"data:"):
-            choice = (json.loads(line[5:]).get("choices") or [{}])[0]
-            if choice.get("delta", {}).get("content"):
-                times.append(time.perf_counter())
-    connection.close()
-    half = len(times) // 2
-    return {"ttft_ms": (times[0] - start) * 1000, "total_ms": (times[-1] - start) * 1000, "tokens": len(times),
-            "tokens_per_s": (len(times) - 1) / (times[-1] - times[0]),
-            "second_half_tokens_per_s": (len(times) - 1 - half) / (times[-1] - times[half]),
-            "end_to_end_tokens_per_s": len(times) / (times[-1] - start),
-            "first_ms_tokens": sum(t - times[0] < 0.001 for t in times),
-            "front_cpu_ms": (cpu_ns(front) - cpu[0]) / 1e6, "server_cpu_ms": (cpu_ns(server) - cpu[1]) / 1e6}
-
-assert pids(FRONT) and pids(SERVER), "no front or no llama-server process in the coordinator"
-for way in ways:
-    one(way)
-    one(way)
-out = {way: [] for way in ways}
-for i in range(pairs):  # one request each way, the order swapped every pair: drift falls on both alike
-    for way in (list(ways) if i % 2 == 0 else list(ways)[::-1]):
-        out[way].append(one(way))
-print(json.dumps(out))
-"""
-
-
-def interval(values: list[float], statistic=statistics.median, draws: int = 4000) -> list[float]:
-    """A 95% bootstrap interval of statistic(values) (resampled with a fixed seed: the same data, the same
-    interval)."""
-    rng = random.Random(1)
-    stats = sorted(statistic(rng.choices(values, k=len(values))) for _ in range(draws))
-    return [round(stats[int(0.025 * draws)], 4), round(stats[int(0.975 * draws) - 1], 4)]
-
-
-PLACEMENTS = {  # where the front's HAProxy runs, against the processes that generate
-    "shared": "HAProxy on llama-server's core: each lab host pinned to its own core (`lab pin`, as "
-              "benchmarks/tool_overhead.py), the coordinator on core 0 alone, the client there too",
-    "apart": "HAProxy on the workers' core (1), llama-server and the client on core 0: every core still generates",
-    "free": "HAProxy and the client on a core that does not generate (1), llama-server and both workers on core 0: "
-            "a coordinator whose card generates, with CPU cores to spare",
-}
-
-
-def place(placement: str) -> int:
-    """Pin the lab for placement (taskset inside the coordinator for llama-server's threads and HAProxy's);
-    the core for the client."""
-    last = (os.cpu_count() or 2) - 1
-    if placement == "shared":
-        lab.pin()
-        return 0
-    workers = 0 if placement == "free" else last
-    for container in lab.running():  # with what each host's dockerd runs (a cgroup v1 cpuset holds its children's)
-        lab.set_cpus(container, f"0-{last}" if container.endswith("-coordinator") else str(workers))
-    on("coordinator", f"set -e; for p in $(pgrep -f 'llama-server --'); do taskset -a -p -c 0 $p >/dev/null; done; "
-                      f"for p in $(pgrep -f {FRONT_CONFIG}); do taskset -a -p -c {last} $p >/dev/null; done")
-    return last if placement == "free" else 0
-
-
-def unplace() -> None:
-    lab.pin(unpin=True)
-    last = (os.cpu_count() or 2) - 1
-    on("coordinator", f"for p in $(pgrep -f 'llama-server --') $(pgrep -f {FRONT_CONFIG}); do "
-                      f"taskset -a -p -c 0-{last} $p >/dev/null; done", check=False)
-
-
-FRONT_CONFIG = "/opt/llama-rpc/front.cfg"  # how the client and place() find the front's HAProxy processes
-
-
-def case_front_cost(cluster, pairs: int = 80, tokens: int = 128) -> dict:
-    """Streamed chat completions from inside the coordinator: through the front (its public address) and to
-    llama-server on 127.0.0.1 directly, one request each way in turn (the order swapped every pair), and the
-    CPU time the front's HAProxy and llama-server spent on each; once per placement of HAProxy."""
-    s = cluster.settings
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(COST_CLIENT)
-    script = "/tmp/no-request-lost-cost.py"
-    subprocess.run(["docker", "cp", f.name, f"{lab.PREFIX}-coordinator:{script}"], check=True)
-    Path(f.name).unlink()
-    key = (Path(s["llama_api_key_file"]).read_text().strip() + "\n") if s["llama_api_key_file"] else "\n"
-    host = s["llama_host"] or cluster.coordinator.address
-    ways = {"front": [host, s["llama_port"]], "direct": ["127.0.0.1", s["llama_server_port"]]}
-    out = {"pairs": pairs, "tokens": tokens, "placements": {}}
-    try:
-        for placement in PLACEMENTS:
-            core = place(placement)
-            try:
-                result = subprocess.run(["docker", "exec", "-i", f"{lab.PREFIX}-coordinator", "taskset", "-c", str(core),
-                                         "python3", script, json.dumps(ways), str(pairs), str(tokens), FRONT_CONFIG],
-                                        input=key, capture_output=True, text=True, timeout=900)
-            finally:
-                unplace()
-            if result.returncode != 0:
-                raise RuntimeError(f"the client in the coordinator failed: {result.stderr[-2000:]}")
-            out["placements"][placement] = cost_figures(json.loads(result.stdout))
-    finally:
-        on("coordinator", f"rm -f {script}", check=False)
-    return out
-
-
-def cost_figures(raw: dict) -> dict:
-    keys = ("ttft_ms", "total_ms", "tokens_per_s", "second_half_tokens_per_s", "end_to_end_tokens_per_s",
-            "first_ms_tokens", "front_cpu_ms", "server_cpu_ms")
-    med = {w: {k: round(statistics.median(x[k] for x in v), 2) for k in keys} for w, v in raw.items()}
-    paired = list(zip(raw["front"], raw["direct"]))  # request i each way: next to each other in time
-    ratios = {k: [f[k] / d[k] for f, d in paired]
-              for k in ("tokens_per_s", "second_half_tokens_per_s", "end_to_end_tokens_per_s")}
-    ttft = [f["ttft_ms"] - d["ttft_ms"] for f, d in paired]
-    n_tokens = statistics.median(x["tokens"] for v in raw.values() for x in v)
-    # the front's own CPU per token: what HAProxy spent during a request through it, less what it spends anyway
-    # (health checks) during a direct one
-    front_cpu_us = (med["front"]["front_cpu_ms"] - med["direct"]["front_cpu_ms"]) * 1000 / n_tokens
-    server_cpu_us = med["direct"]["server_cpu_ms"] * 1000 / n_tokens
-    return {"requests_each_way": len(raw["front"]), "tokens_each": sorted({x["tokens"] for v in raw.values() for x in v}),
-            "median": med,
-            "ratio": round(statistics.median(ratios["tokens_per_s"]), 4),
-            "ratio_interval": interval(ratios["tokens_per_s"]),
-            "ratio_second_half": round(statistics.median(ratios["second_half_tokens_per_s"]), 4),
-            "ratio_end_to_end": round(statistics.median(ratios["end_to_end_tokens_per_s"]), 4),
-            "ratio_end_to_end_interval": interval(ratios["end_to_end_tokens_per_s"]),
-            "ttft_diff_ms": round(statistics.median(ttft), 2), "ttft_diff_interval": interval(ttft),
-            "front_cpu_us_per_token": round(front_cpu_us, 1), "server_cpu_us_per_token": round(server_cpu_us, 1),
-            "server_cpu_front_over_direct": round(med["front"]["server_cpu_ms"] / med["direct"]["server_cpu_ms"], 4),
-            "raw": {w: [{k: round(x[k], 3) for k in x} for x in v] for w, v in raw.items()}}
 
 
 def run_case(name: str, cluster) -> dict:
@@ -782,7 +427,7 @@ def markdown(results: dict, meta: dict) -> str:
                        for c in load_cases if c in BEFORE and "error" not in results[c])
     parts = [f"""# No request lost: the front under faults, restarts and deploys
 
-`python3 benchmarks/no_request_lost.py` ({meta['command']}), {meta['date']}, commit {meta['commit']}
+`python3 -m benchmarks.no_request_lost` ({meta['command']}), {meta['date']}, commit {meta['commit']}
 ({'uncommitted changes to ' + ', '.join(meta['uncommitted']) if meta['uncommitted'] else 'no uncommitted change'}),
 on {meta['machine']}: the lab
 (coordinator 172.30.57.10 with the front on :8080 and llama-server on 127.0.0.1:18080, workers .11 and .12,
@@ -911,7 +556,7 @@ def describe(name: str, r: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "no-request-lost.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "no-request-lost.md")
     args = parser.parse_args()
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]
@@ -972,16 +617,10 @@ def summary(name: str, r: dict) -> str:
 
 
 def meta(cases: list[str]) -> dict:
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                   if l.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor()
-    git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.rstrip()  # noqa: E731
     changed = [l[3:] for l in git("status", "--porcelain").splitlines()
                if not l[3:].startswith(("docs/no-request-lost", "benchmarks/no_request_lost"))]
     return {"command": f"--cases {','.join(cases)}", "date": time.strftime("%Y-%m-%d"),
-            "machine": f"{os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}",
+            "machine": f"{os.cpu_count()} cores ({cpu_model()}), {platform.system()} {platform.release()}",
             "commit": git("rev-parse", "--short", "HEAD"), "uncommitted": changed}
 
 

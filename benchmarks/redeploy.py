@@ -1,6 +1,6 @@
 """Full deploy against a no-op re-deploy, on a fresh lab, in one run.
 
-    python3 benchmarks/redeploy.py [--workers 1] [--out docs/benchmarks.md]
+    python3 -m benchmarks.redeploy [--workers 1] [--out docs/benchmarks.md]
 
 Takes the lab down first (so the full deploy really builds and sends the image), brings it up,
 then measures:
@@ -15,27 +15,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from lab import lab  # noqa: E402
-from llama_rpc_deploy.__main__ import complete  # noqa: E402
-from llama_rpc_deploy.deployment import from_cluster, offline_cluster  # noqa: E402
+from benchmarks.labkit import RESULTS, deploy as deploy_lab
+from lab import lab
+from llama_rpc_deploy.__main__ import complete
+from llama_rpc_deploy.deployment import from_cluster, offline_cluster
 
 
 def deploy(inventory: Path) -> tuple[float, dict]:
-    start = time.monotonic()
-    result = subprocess.run(["pyinfra", "-y", "--json", str(inventory), "deploy.py"], cwd=ROOT,
-                            capture_output=True, text=True)
-    elapsed = time.monotonic() - start
-    if result.returncode != 0:
-        sys.exit(f"deploy failed:\n{result.stderr[-3000:]}")
-    return elapsed, json.loads(result.stdout)["results"]
+    """The lab deployed with its own settings: the wall time, and pyinfra's --json results."""
+    done = deploy_lab(inventory, json_output=True)
+    return done.seconds, json.loads(done.stdout)["results"]
 
 
 def tx_bytes() -> int:
@@ -45,7 +36,7 @@ def tx_bytes() -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "benchmarks.md")
     parser.add_argument("--json", type=Path, help="also write the figures here as JSON")
     args = parser.parse_args()
 
@@ -90,7 +81,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(f"""# Benchmarks
 
-Measured with `python3 benchmarks/redeploy.py --workers {args.workers}` on a fresh lab
+Measured with `python3 -m benchmarks.redeploy --workers {args.workers}` on a fresh lab
 (2-core, no-GPU machine; CPU build of llama.cpp; the generated 8-layer test model).
 The full deploy includes the first llama.cpp build (no compiler cache yet).
 Target: a no-op re-deploy makes 0 changes, sends 0 image bytes and takes at most 0.15x the full deploy.

@@ -1,6 +1,6 @@
 """What the RPC tunnel costs: generation and model load through stunnel (rpc_transport: tunnel) against plain TCP.
 
-    python3 benchmarks/rpc_tunnel.py [--rounds 8] [--runs 5] [--loads 3] [--rate 1gbit] [--out docs/rpc-tunnel.md]
+    python3 -m benchmarks.rpc_tunnel [--rounds 8] [--runs 5] [--loads 3] [--rate 1gbit] [--out docs/rpc-tunnel.md]
 
 The lab up and deployed (`python3 -m llama_rpc_deploy lab up --workers 2`, then `pyinfra -y .lab/inventory.py
 deploy.py`); about 15 minutes. Each lab host pinned to its own core (`lab pin`: the coordinator on core 0, the
@@ -22,43 +22,19 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import random
 import re
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.labkit import INVENTORY, RESULTS, deploy, interval, log, on
+from lab import lab
+from llama_rpc_deploy import client, load_report
+from llama_rpc_deploy.deployment import offline_cluster
+from llama_rpc_deploy.loadtest import until_serving
 
-from lab import lab  # noqa: E402
-from llama_rpc_deploy import client, load_report  # noqa: E402
-from llama_rpc_deploy.deployment import offline_cluster  # noqa: E402
-from llama_rpc_deploy.loadtest import until_serving  # noqa: E402
-
-INVENTORY = lab.LAB_DIR / "inventory.py"
 TRANSPORTS = ("tunnel", "plain")
 STAMP = re.compile(r"^(\d+)\.(\d+)\.(\d+)\.(\d+) ")  # llama.cpp's log time: minutes.seconds.milliseconds.microseconds
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def on(host: str, command: str) -> str:
-    return subprocess.run(["docker", "exec", f"{lab.PREFIX}-{host}", "sh", "-c", command], check=True,
-                          capture_output=True, text=True).stdout
-
-
-def deploy(*data: str) -> float:
-    args = [a for d in data for a in ("--data", d)]
-    start = time.monotonic()
-    result = subprocess.run(["pyinfra", "-y", *args, str(INVENTORY), "deploy.py"], cwd=ROOT, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"deploy {' '.join(args)} failed: {result.stdout[-2000:]}{result.stderr[-1500:]}")
-    return time.monotonic() - start
 
 
 def shape(rate: str | None) -> None:
@@ -102,19 +78,13 @@ def generation(cluster, runs: int) -> list[float]:
     return [client.complete(cluster, "Once upon a time", 64)["timings"]["predicted_per_second"] for _ in range(runs)]
 
 
-def interval(ratios: list[float], draws: int = 4000, seed: int = 27) -> tuple[float, float]:
-    rng = random.Random(seed)
-    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
-    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--loads", type=int, default=3)
     parser.add_argument("--rate", default="1gbit")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "rpc-tunnel.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "rpc-tunnel.md")
     args = parser.parse_args()
     cluster = offline_cluster(INVENTORY)
     rounds = []
@@ -124,7 +94,7 @@ def main() -> None:
         for r in range(args.rounds):
             row = {}
             for transport in (TRANSPORTS if r % 2 == 0 else TRANSPORTS[::-1]):
-                switch = deploy(f"rpc_transport={transport}", "rpc_cache=False")
+                switch = deploy(INVENTORY, f"rpc_transport={transport}", "rpc_cache=False").seconds
                 gen = generation(cluster, args.runs)
                 loads = [load_once(cluster) for _ in range(args.loads)]
                 row[transport] = {"switch_s": round(switch, 1), "generation_tps": gen,
@@ -134,7 +104,7 @@ def main() -> None:
             rounds.append(row)
     finally:
         shape(None)
-        deploy()
+        deploy(INVENTORY)
         lab.pin(unpin=True)
     write(args, rounds)
 
@@ -145,7 +115,7 @@ def summary(rounds: list[dict]) -> dict:
                         ("load", lambda s: statistics.median(m / t for m, t in zip(s["load_mib"], s["load_s"])))):
         per = {t: [value(r[t]) for r in rounds] for t in TRANSPORTS}
         ratios = [value(r["tunnel"]) / value(r["plain"]) for r in rounds]
-        low, high = interval(ratios)
+        low, high = interval(ratios, seed=27)
         out[kind] = {"tunnel": round(statistics.median(per["tunnel"]), 2), "plain": round(statistics.median(per["plain"]), 2),
                      "ratio": round(statistics.median(ratios), 3), "interval": [round(low, 3), round(high, 3)],
                      "ratios": [round(x, 3) for x in ratios], "tunnel_ahead": sum(x > 1 for x in ratios)}
@@ -164,7 +134,7 @@ def write(args, rounds: list[dict]) -> None:
     lines = [
         "# What the RPC tunnel costs (rpc_transport: tunnel against plain)",
         "",
-        f"`python3 benchmarks/rpc_tunnel.py --rounds {args.rounds} --runs {args.runs} --loads {args.loads} --rate {args.rate}`, "
+        f"`python3 -m benchmarks.rpc_tunnel --rounds {args.rounds} --runs {args.runs} --loads {args.loads} --rate {args.rate}`, "
         f"one run, {data['when']}, on the lab (pinned: coordinator core 0, workers core 1; every link shaped to "
         f"{args.rate}; rpc_cache off). Each round deploys both transports, the order swapped every round. Raw figures: "
         f"[{args.out.with_suffix('.json').name}]({args.out.with_suffix('.json').name}).",

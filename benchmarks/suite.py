@@ -1,8 +1,8 @@
 """The benchmark suite of issue 8 on the lab, each figure a ratio measured in one run.
 
-    python3 benchmarks/suite.py [--skip-redeploy] [--out docs/benchmarks.md]
+    python3 -m benchmarks.suite [--skip-redeploy] [--out docs/benchmarks.md]
 
-  1. no-op re-deploy against the full deploy (benchmarks/redeploy.py: it takes the lab down first)
+  1. no-op re-deploy against the full deploy (benchmarks.redeploy: it takes the lab down first)
   2. image distribution over 1 Gbit/s links (tc tbf on every lab host, both directions): the deploy's
      streamed, compressed transfer against the naive path (save to a file, copy through the control
      machine, load) and against the wire limit (compressed bytes / link rate); each stage alone
@@ -24,61 +24,21 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.labkit import LINK, LINK_BYTES_PER_S, RESULTS, ROOT, deploy, limit_links, on, sh
+from lab import lab
+from llama_rpc_deploy import client, transfer
+from llama_rpc_deploy.bench import PROMPT, sleeping, time_to_first_token
+from llama_rpc_deploy.deployment import from_cluster, offline_cluster, write_ssh_config
+from lab.testmodel import Shape, write_model
 
-from lab import lab  # noqa: E402
-from llama_rpc_deploy import client, transfer  # noqa: E402
-from llama_rpc_deploy.bench import PROMPT, sleeping, time_to_first_token  # noqa: E402
-from llama_rpc_deploy.deployment import from_cluster, offline_cluster, write_ssh_config  # noqa: E402
-from lab.testmodel import Shape, write_model  # noqa: E402
-
-LINK = "1gbit"
-LINK_BYTES_PER_S = 125_000_000
 BIG_MODEL = "/models/bench-big.gguf"
 BIG_SHAPE = Shape(n_layer=8, n_embd=2048, n_head=16, n_head_kv=8, n_ff=5632)  # FFN tensors 23 MB each
-
-
-def sh(*args: str, check: bool = True, **kw) -> str:
-    return subprocess.run(list(args), capture_output=True, text=True, check=check, **kw).stdout.strip()
-
-
-on = lab.run_on
 
 
 def timed(fn) -> float:
     start = time.monotonic()
     fn()
     return time.monotonic() - start
-
-
-def deploy(inventory: Path, *data: str) -> None:
-    args = [a for d in data for a in ("--data", d)]
-    result = subprocess.run(["pyinfra", "-y", *args, str(inventory), "deploy.py"], cwd=ROOT, capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"deploy {' '.join(args)} failed:\n{result.stdout[-3000:]}{result.stderr[-2000:]}")
-
-
-def lab_hosts(cluster) -> list[str]:
-    """The lab's host names for `on`: the coordinator, then worker1, worker2, ..."""
-    return ["coordinator"] + [f"worker{i}" for i in range(1, len(cluster.workers) + 1)]
-
-
-# --- links limited to 1 Gbit/s, both directions ---
-
-def host_veth(name: str) -> str:
-    """The control machine's end of a lab host's eth0 (traffic into the host leaves through it)."""
-    index = on(name, "cat /sys/class/net/eth0/iflink")
-    line = next(l for l in sh("ip", "-o", "link").splitlines() if l.split(":")[0] == index)
-    return line.split(":")[1].strip().split("@")[0]
-
-
-def limit_links(names: list[str], on_: bool = True) -> None:
-    for name in names:
-        for run in (lambda c: on(name, c, check=False), lambda c: sh("sh", "-c", c.replace("eth0", host_veth(name)), check=False)):
-            run("tc qdisc del dev eth0 root 2>/dev/null")
-            if on_:
-                run(f"tc qdisc add dev eth0 root tbf rate {LINK} burst 1250kb latency 50ms")
 
 
 # --- 2. image distribution ---
@@ -196,13 +156,13 @@ def kv_cache_types(inventory: Path, cluster, runs: int = 3) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-redeploy", action="store_true", help="skip benchmark 1 (it rebuilds the lab from scratch)")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "benchmarks.md")
     args = parser.parse_args()
 
     results = {}
     if not args.skip_redeploy:
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "redeploy.py"), "--workers", "1",
-                        "--out", str(args.out), "--json", str(ROOT / ".cache" / "redeploy.json")], check=True)
+        subprocess.run([sys.executable, "-m", "benchmarks.redeploy", "--workers", "1",
+                        "--out", str(args.out), "--json", str(ROOT / ".cache" / "redeploy.json")], cwd=ROOT, check=True)
         results["1_noop_redeploy"] = json.loads((ROOT / ".cache" / "redeploy.json").read_text())
     elif (ROOT / ".cache" / "redeploy.json").exists():  # the last run of benchmark 1 on this machine
         results["1_noop_redeploy"] = json.loads((ROOT / ".cache" / "redeploy.json").read_text())
@@ -285,8 +245,8 @@ def write_markdown(path: Path, results: dict) -> None:
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     marker = "<!-- suite:begin -->"
     head = text.split(marker)[0].rstrip() + "\n\n"
-    path.write_text(head + marker + "\n## The suite (`python3 benchmarks/suite.py`)\n\n"
-                    + "Each benchmark's figures come from one run of it on this 2-core, no-GPU machine (1: `benchmarks/redeploy.py`, "
+    path.write_text(head + marker + "\n## The suite (`python3 -m benchmarks.suite`)\n\n"
+                    + "Each benchmark's figures come from one run of it on this 2-core, no-GPU machine (1: `benchmarks.redeploy`, "
                     + "2-5: one run of the suite): the lab, one worker, links limited to "
                     + f"{LINK}/s with tc tbf where it matters, each lab host pinned to its own core for 3-5.\n\n"
                     + "\n".join(sections))

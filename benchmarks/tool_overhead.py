@@ -2,7 +2,7 @@
 containers and by bare llama.cpp processes on the same lab hosts, request by request, in two topologies.
 The ratios come from one run.
 
-    python3 benchmarks/tool_overhead.py [--rounds 120] [--out docs/tool-overhead.md]   (~8 minutes; the lab up)
+    python3 -m benchmarks.tool_overhead [--rounds 120] [--out docs/tool-overhead.md]   (~8 minutes; the lab up)
 
 Topologies: the lab's split (`llama_n_gpu_layers` 6 of the model's 8 layers on the workers, the rest and the
 output on the coordinator's CPU), and every layer on the workers (999: `--device RPC0,RPC1` holds them all, as on
@@ -35,18 +35,14 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchmarks import cpu_account
+from benchmarks.labkit import INVENTORY, RESULTS, deploy, interval, lab_hosts, on
+from lab import lab
+from llama_rpc_deploy import client, render
+from llama_rpc_deploy.cluster import SERVICE_USER
+from llama_rpc_deploy.deployment import from_cluster, offline_cluster
+
 CPUSET = Path("/sys/fs/cgroup/cpuset")
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from benchmarks import cpu_account  # noqa: E402
-from benchmarks.rpc_tunnel import interval  # noqa: E402
-from benchmarks.suite import deploy, lab_hosts, on  # noqa: E402
-from lab import lab  # noqa: E402
-from llama_rpc_deploy import client, render  # noqa: E402
-from llama_rpc_deploy.cluster import SERVICE_USER  # noqa: E402
-from llama_rpc_deploy.deployment import from_cluster, offline_cluster  # noqa: E402
 
 BARE = "/var/tmp/bare"
 SYSTEM_LIBS = ("libc.so", "libm.so", "ld-linux", "libpthread.so", "libdl.so", "librt.so")  # the host's own glibc
@@ -227,7 +223,7 @@ def summary(measured: dict) -> dict:
     out = {"median": {way: round(statistics.median(v), 2) for way, v in tps.items()}}
     for way in [w for w in ("deployed", "escaped") if w in tps]:
         ratios = [a / b for a, b in zip(tps[way], tps["bare"])]
-        low, high = interval(ratios)
+        low, high = interval(ratios, seed=27)
         out[f"{way}_over_bare"] = {"ratio": round(statistics.median(ratios), 3), "interval": [round(low, 3), round(high, 3)],
                                    "rounds_ahead_of_bare": sum(r >= 1 for r in ratios)}
     return out
@@ -236,16 +232,15 @@ def summary(measured: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=120)
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "tool-overhead.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "tool-overhead.md")
     args = parser.parse_args()
-    inventory = lab.LAB_DIR / "inventory.py"
     results: dict = {"rounds": args.rounds, "n_predict": N_PREDICT, "topologies": {}}
     lab.pin()
     cluster = None
     try:
         for topology, layers in TOPOLOGIES.items():
-            deploy(inventory, *([f"llama_n_gpu_layers={layers}"] if layers else []))
-            cluster = offline_cluster(inventory, overrides={"llama_n_gpu_layers": layers} if layers else None)
+            deploy(INVENTORY, *([f"llama_n_gpu_layers={layers}"] if layers else []))
+            cluster = offline_cluster(INVENTORY, overrides={"llama_n_gpu_layers": layers} if layers else None)
             image = from_cluster(cluster).image
             results.update(image=image, workers=len(cluster.workers))
             for host in lab_hosts(cluster):
@@ -264,7 +259,7 @@ def main() -> None:
         lab.pin(unpin=True)
         if cluster is not None:
             stop_twin(cluster)
-        deploy(inventory)  # the lab's own settings again
+        deploy(INVENTORY)  # the lab's own settings again
     args.out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     args.out.write_text(markdown(results))
 
@@ -332,7 +327,7 @@ def where_it_went(r: dict) -> list[str]:
 
 def markdown(r: dict) -> str:
     lines = ["# What the tool adds to llama.cpp's own speed, and where it went", "",
-             f"`python3 benchmarks/tool_overhead.py --rounds {r['rounds']}`: one run; image {r['image']}, "
+             f"`python3 -m benchmarks.tool_overhead --rounds {r['rounds']}`: one run; image {r['image']}, "
              f"{r['workers']} workers; `lab pin`: the coordinator on core 0, both workers on the last core (1). "
              "Raw figures: [tool-overhead.json](tool-overhead.json).", ""]
     lines += where_it_went(r)

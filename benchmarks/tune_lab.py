@@ -1,6 +1,6 @@
 """`llama-rpc tune` on the lab: an exhaustive sweep against tune, on an asymmetric lab, and tune on the symmetric one.
 
-    python3 benchmarks/tune_lab.py [--quota 0.15] [--rounds 3] [--repeats 2] [--confirm 4] [--out docs/tune.md]
+    python3 -m benchmarks.tune_lab [--quota 0.15] [--rounds 3] [--repeats 2] [--confirm 4] [--out docs/tune.md]
 
 The lab up and deployed (`python3 -m llama_rpc_deploy lab up --workers 2`, then `pyinfra -y .lab/inventory.py
 deploy.py`); about 25 minutes. Each lab host pinned to its own core (`lab pin`: the coordinator on core 0, the workers
@@ -27,23 +27,15 @@ import json
 import platform
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.labkit import INVENTORY, RESULTS, cpu_model, deploy, git, log
+from lab import lab
+from llama_rpc_deploy import tune
 
-from lab import lab  # noqa: E402
-from llama_rpc_deploy import tune  # noqa: E402
-
-INVENTORY = lab.LAB_DIR / "inventory.py"
 SLOW = f"{lab.PREFIX}-worker1"
 PERIOD_US = 10_000
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 def quota(fraction: float | None) -> None:
@@ -53,16 +45,6 @@ def quota(fraction: float | None) -> None:
         ["--cpu-quota", "-1"]
     subprocess.run(["docker", "exec", SLOW, "docker", "update", *args, "rpc-server"], check=True, capture_output=True)
     log(f"{SLOW}'s rpc-server: {'limited to ' + str(fraction) + ' of a core' if fraction else 'no CPU limit'}")
-
-
-def deploy(*data: str) -> None:
-    """The lab deployed with these settings (pyinfra's --data KEY=VALUE), or its own settings."""
-    args = [a for d in data for a in ("--data", d)]
-    result = subprocess.run(["pyinfra", "-y", *args, str(INVENTORY), "deploy.py"], cwd=ROOT, capture_output=True,
-                            text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"deploy {' '.join(args)} failed: {result.stdout[-1500:]}{result.stderr[-1500:]}")
-    log(f"deployed {' '.join(data) or 'the lab’s own settings'}")
 
 
 def medians(report: tune.Report) -> dict[tuple[int, ...], float]:
@@ -101,7 +83,7 @@ def markdown(meta: dict, sweep_report: tune.Report, sweep: dict, asym: dict, sym
 
     return f"""# `llama-rpc tune` on the lab
 
-`python3 benchmarks/tune_lab.py --quota {meta['quota']} --rounds {meta['rounds']} --repeats {meta['repeats']} --confirm {meta['confirm']}`, {meta['date']}, commit {meta['commit']},
+`python3 -m benchmarks.tune_lab --quota {meta['quota']} --rounds {meta['rounds']} --repeats {meta['repeats']} --confirm {meta['confirm']}`, {meta['date']}, commit {meta['commit']},
 on {meta['machine']}. The lab: the coordinator (CPU), worker1 and worker2 (rpc-server on CPU), the 8-layer test
 model, each host pinned to its own core (coordinator core 0, workers core 1). Places, in llama.cpp's order: {places};
 the lab deploys {list(sweep_report.start)}. Every figure is from this one run (`docs/tune.json` has every measurement).
@@ -189,14 +171,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the sweep")
     parser.add_argument("--repeats", type=int, default=2, help="tune's measurements of each side of a comparison")
     parser.add_argument("--confirm", type=int, default=4, help="tune's confirmation: measurements of each side")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "tune.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "tune.md")
     args = parser.parse_args()
-    git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()  # noqa: E731
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
     meta = {"quota": args.quota, "rounds": args.rounds, "repeats": args.repeats, "confirm": args.confirm, "date": time.strftime("%Y-%m-%d %H:%M %Z"),
             "commit": git("rev-parse", "--short", "HEAD") + (" (uncommitted changes)" if git("status", "--porcelain") else ""),
-            "machine": f"{platform.machine()}, 2 cores ({cpu}), Linux {platform.release()}"}
+            "machine": f"{platform.machine()}, 2 cores ({cpu_model()}), Linux {platform.release()}"}
     lab.pin()
     try:
         quota(args.quota)
@@ -215,7 +194,9 @@ def main() -> None:
         log(f"symmetric: {sym}")
         # tune's best deployed (as --apply and a deploy would), then tune again: nothing left to gain
         tuned = sym_report.layout.settings(sym_report.result.best)
-        deploy(*(f"{k}={json.dumps(v)}" for k, v in tuned.items()))
+        data = [f"{k}={json.dumps(v)}" for k, v in tuned.items()]
+        deploy(INVENTORY, *data)
+        log(f"deployed {' '.join(data) or 'the lab’s own settings'}")
         again_report = tune.run(INVENTORY, budget=budget, repeats=args.repeats, confirm=args.confirm, overrides=tuned,
                                 log=log)
         again = summary("again", again_report, None, None)
@@ -223,7 +204,8 @@ def main() -> None:
     finally:
         quota(None)
         lab.pin(unpin=True)
-        deploy()
+        deploy(INVENTORY)
+        log("deployed the lab’s own settings")
     docs = args.out.parent
     sweep_report.result = None
     sweep_report.plot(docs / "tune-sweep.png")

@@ -2,7 +2,7 @@
 the previous one, against a full-image transfer in the same run; and the first deploy's transfer with
 the layer filter in place against today's plain stream. Each figure is measured in one run.
 
-    python3 benchmarks/upgrade.py [--out docs/upgrade.md]
+    python3 -m benchmarks.upgrade [--out docs/upgrade.md]
 
 1. The lab deployed as it is (image OLD everywhere), then again with llama_cpp_build_number + 1: a new
    build (ccache makes it quick) whose bottom layers are OLD's, llama.cpp's binaries on top (NEW).
@@ -20,17 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.suite import LINK, deploy, lab_hosts, limit_links, on  # noqa: E402
-from lab import lab  # noqa: E402
-from llama_rpc_deploy import facts, transfer  # noqa: E402
-from llama_rpc_deploy.deployment import from_cluster, offline_cluster  # noqa: E402
+from benchmarks.labkit import INVENTORY, LINK, RESULTS, deploy, lab_hosts, limit_links, on
+from lab import lab
+from llama_rpc_deploy import facts, transfer
+from llama_rpc_deploy.deployment import from_cluster, offline_cluster
 
 UNRELATED = ("sha256:" + "0" * 64,)
 LAYERS = "/var/tmp/layers-of-worker1"  # on the coordinator, as the deploy writes it  # an image of the worker that shares no layer with NEW
@@ -91,17 +87,16 @@ def save_and_filter(image: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "upgrade.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "upgrade.md")
     args = parser.parse_args()
-    inventory = lab.LAB_DIR / "inventory.py"
-    deploy(inventory)
-    cluster = offline_cluster(inventory)
+    deploy(INVENTORY)
+    cluster = offline_cluster(INVENTORY)
     old = from_cluster(cluster).image
     bumped = cluster.settings["llama_cpp_build_number"] + 1
     start = time.monotonic()
-    deploy(inventory, f"llama_cpp_build_number={bumped}")
+    deploy(INVENTORY, f"llama_cpp_build_number={bumped}")
     upgrade_deploy_s = time.monotonic() - start
-    new = from_cluster(offline_cluster(inventory, overrides={"llama_cpp_build_number": bumped})).image
+    new = from_cluster(offline_cluster(INVENTORY, overrides={"llama_cpp_build_number": bumped})).image
     n_changed, changed_bytes = changed_layers_compressed(old, new)
     worker_ip, filter_path = cluster.workers[0].address, f"{cluster.settings['deploy_dir']}/{transfer.SKIP_LAYERS}"
     hosts = lab_hosts(cluster)
@@ -118,7 +113,7 @@ def main() -> None:
     finally:
         limit_links(hosts, on_=False)
         on("worker1", "systemctl start rpc-server rpc-server-watchdog")
-        deploy(inventory)
+        deploy(INVENTORY)
     r = {"old": old, "new": new, "image_bytes": image_bytes, "link": LINK, "runs": args.runs,
          "upgrade_deploy_s": round(upgrade_deploy_s, 1), "changed_layers": n_changed,
          "changed_layers_zstd_bytes": changed_bytes,
@@ -136,7 +131,7 @@ def markdown(r: dict) -> str:
     mb = lambda b: f"{b / 1e6:.1f} MB"  # noqa: E731
     return f"""# Upgrades: only the layers that changed
 
-`python3 benchmarks/upgrade.py` (a few minutes; the lab up). An upgrade of llama.cpp rebuilt as
+`python3 -m benchmarks.upgrade` (a few minutes; the lab up). An upgrade of llama.cpp rebuilt as
 `llama_cpp_build_number` + 1: the image {r['new']} ({mb(r['image_bytes'])}) replaces {r['old']}; {r['changed_layers']}
 of its layers are new, {mb(r['changed_layers_zstd_bytes'])} compressed. Sent to a worker that has the previous
 image, over a {r['link']}/s link, medians of {r['runs']} runs of each way, the ways alternating; bytes are what the
