@@ -17,7 +17,7 @@ from pathlib import Path
 from lab import lab
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout
-RESULTS = ROOT / "docs"  # where the benchmarks write their reports by default
+RESULTS = ROOT / "docs" / "results"  # where the benchmarks write their reports by default (docs/results/README.md lists them)
 INVENTORY = lab.LAB_DIR / "inventory.py"  # the lab's, as `lab up` writes it
 
 on = lab.run_on  # a shell command on a lab host (docker exec, as root): its stdout

@@ -1,7 +1,7 @@
 """Models on demand on the lab: how long a switch between two models takes, with and without rpc-server's
 tensor cache, each figure measured in one run.
 
-    python3 -m benchmarks.model_switch [--rounds 3] [--out docs/model-switch.md]
+    python3 -m benchmarks.model_switch [--rounds 3] [--out docs/results/model-switch.md]
 
 Two generated models of the same shape (about 760 MB each, FFN tensors past rpc-server's 10 MiB
 hash threshold, so they are cached) are served with llama_models next to the lab's own model, over

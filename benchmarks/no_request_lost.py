@@ -1,6 +1,6 @@
 """No request lost: 4 clients keep asking while the lab breaks, restarts and redeploys behind the front.
 
-    python3 -m benchmarks.no_request_lost [--cases rpc-kill,cut-20,...] [--out docs/no-request-lost.md]
+    python3 -m benchmarks.no_request_lost [--cases rpc-kill,cut-20,...] [--out docs/results/no-request-lost.md]
 
 The lab up and deployed (`python3 -m llama_rpc_deploy lab up`, then `pyinfra -y .lab/inventory.py deploy.py`);
 about 30 minutes for every case. Each case runs once, with 4 client threads started together, each in a loop
@@ -26,7 +26,7 @@ its stream ended with a finish_reason and `data: [DONE]`. The cases:
 
 After each case the lab serves again (a completion) and the front's figures from `llama-rpc status` are
 recorded; the front's log and llama-server's journal in the case's window are kept in the JSON. Writes
-docs/no-request-lost.md and docs/no-request-lost.json (a case run again replaces its own entry only), and
+docs/results/no-request-lost.md and docs/results/no-request-lost.json (a case run again replaces its own entry only), and
 prints the table. The lab's own settings are deployed again at the end.
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ SWITCH_FOLDER = "/models/no-request-lost"
 CASES = ("front-cost", "rpc-kill", "rpc-kill-process", "worker-reboot", "cut-20", "cut-60", "redeploy-ctx",
          "upgrade", "front-reload", "wake", "model-switch")
 
-# before the front, from docs/faults.md (and the brief's quick check of a SIGKILL, 4 x 40 requests)
+# before the front, from docs/results/faults.md (and the brief's quick check of a SIGKILL, 4 x 40 requests)
 BEFORE = {
     "rpc-kill": "48 of 160 failed (SIGKILL, 4 clients x 40); a restart 3 s in: 48 of 160 failed, served 6.4 s after it",
     "rpc-kill-process": "one client: serving again 5.1 s after the kill (docker kill); under load: as rpc-kill",
@@ -432,7 +432,7 @@ def markdown(results: dict, meta: dict) -> str:
 on {meta['machine']}: the lab
 (coordinator 172.30.57.10 with the front on :8080 and llama-server on 127.0.0.1:18080, workers .11 and .12,
 the 8-layer sentence model split across the three, `llama_parallel` 2). Every figure is from one run of its case
-(`docs/no-request-lost.json` has each case's date, every failed request and the log lines of its window).
+(`docs/results/no-request-lost.json` has each case's date, every failed request and the log lines of its window).
 
 4 client threads per case, started together, each in a loop until the case ends: 3 send non-streamed completions
 (16 tokens), 1 sends streamed chat completions (32 tokens, `stream: true`; answered only when the stream ends with a
@@ -452,7 +452,7 @@ goes on until every client has been answered a request sent after it (at most {S
 {table}
 """]
     if before:
-        parts.append(f"""## Before the front (docs/faults.md) and now
+        parts.append(f"""## Before the front (docs/results/faults.md) and now
 
 | case | before the front | with the front |
 | --- | --- | --- |
@@ -618,7 +618,8 @@ def summary(name: str, r: dict) -> str:
 
 def meta(cases: list[str]) -> dict:
     changed = [l[3:] for l in git("status", "--porcelain").splitlines()
-               if not l[3:].startswith(("docs/no-request-lost", "benchmarks/no_request_lost"))]
+               if not l[3:].startswith(("docs/results/no-request-lost", "benchmarks/no_request_lost",
+                                        "benchmarks/client_load", "benchmarks/front_cost"))]
     return {"command": f"--cases {','.join(cases)}", "date": time.strftime("%Y-%m-%d"),
             "machine": f"{os.cpu_count()} cores ({cpu_model()}), {platform.system()} {platform.release()}",
             "commit": git("rev-parse", "--short", "HEAD"), "uncommitted": changed}

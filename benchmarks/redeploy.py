@@ -1,6 +1,6 @@
 """Full deploy against a no-op re-deploy, on a fresh lab, in one run.
 
-    python3 -m benchmarks.redeploy [--workers 1] [--out docs/benchmarks.md]
+    python3 -m benchmarks.redeploy [--workers 1] [--out docs/results/benchmarks.md]
 
 Takes the lab down first (so the full deploy really builds and sends the image), brings it up,
 then measures:

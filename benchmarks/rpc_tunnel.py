@@ -1,6 +1,6 @@
 """What the RPC tunnel costs: generation and model load through stunnel (rpc_transport: tunnel) against plain TCP.
 
-    python3 -m benchmarks.rpc_tunnel [--rounds 8] [--runs 5] [--loads 3] [--rate 1gbit] [--out docs/rpc-tunnel.md]
+    python3 -m benchmarks.rpc_tunnel [--rounds 8] [--runs 5] [--loads 3] [--rate 1gbit] [--out docs/results/rpc-tunnel.md]
 
 The lab up and deployed (`python3 -m llama_rpc_deploy lab up --workers 2`, then `pyinfra -y .lab/inventory.py
 deploy.py`); about 15 minutes. Each lab host pinned to its own core (`lab pin`: the coordinator on core 0, the

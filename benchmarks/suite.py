@@ -1,6 +1,6 @@
 """The benchmark suite of issue 8 on the lab, each figure a ratio measured in one run.
 
-    python3 -m benchmarks.suite [--skip-redeploy] [--out docs/benchmarks.md]
+    python3 -m benchmarks.suite [--skip-redeploy] [--out docs/results/benchmarks.md]
 
   1. no-op re-deploy against the full deploy (benchmarks.redeploy: it takes the lab down first)
   2. image distribution over 1 Gbit/s links (tc tbf on every lab host, both directions): the deploy's
@@ -11,7 +11,7 @@
   4. first token after idle sleep (the model reloads) with and without rpc-server's tensor cache,
      over the 1 Gbit/s links, with a larger model (its FFN tensors pass the 10 MiB hash threshold)
   5. f16 against q8_0 KV cache at a long context (a ~3000-token prompt)
-The lab runs one worker here (as the RTX 4080 + RTX 5060 Ti pair has one). Writes the figures to docs/benchmarks.md and prints JSON.
+The lab runs one worker here (as the RTX 4080 + RTX 5060 Ti pair has one). Writes the figures to docs/results/benchmarks.md and prints JSON.
 """
 from __future__ import annotations
 

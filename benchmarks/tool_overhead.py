@@ -2,7 +2,7 @@
 containers and by bare llama.cpp processes on the same lab hosts, request by request, in two topologies.
 The ratios come from one run.
 
-    python3 -m benchmarks.tool_overhead [--rounds 120] [--out docs/tool-overhead.md]   (~8 minutes; the lab up)
+    python3 -m benchmarks.tool_overhead [--rounds 120] [--out docs/results/tool-overhead.md]   (~8 minutes; the lab up)
 
 Topologies: the lab's split (`llama_n_gpu_layers` 6 of the model's 8 layers on the workers, the rest and the
 output on the coordinator's CPU), and every layer on the workers (999: `--device RPC0,RPC1` holds them all, as on
@@ -22,7 +22,7 @@ tokens/s; both clusters are up the whole time and only one works at a time):
   (cgroup v1 only): what `lab pin` left unpinned until then.
 Every lab host is pinned to its own core (`lab pin`). From the scheduler's counters of every thread on the lab
 hosts (benchmarks/cpu_account.py), each process's CPU time, context switches and moves between cores per
-generated token. Writes docs/tool-overhead.md and docs/tool-overhead.json.
+generated token. Writes docs/results/tool-overhead.md and docs/results/tool-overhead.json.
 """
 from __future__ import annotations
 

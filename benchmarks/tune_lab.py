@@ -1,6 +1,6 @@
 """`llama-rpc tune` on the lab: an exhaustive sweep against tune, on an asymmetric lab, and tune on the symmetric one.
 
-    python3 -m benchmarks.tune_lab [--quota 0.15] [--rounds 3] [--repeats 2] [--confirm 4] [--out docs/tune.md]
+    python3 -m benchmarks.tune_lab [--quota 0.15] [--rounds 3] [--repeats 2] [--confirm 4] [--out docs/results/tune.md]
 
 The lab up and deployed (`python3 -m llama_rpc_deploy lab up --workers 2`, then `pyinfra -y .lab/inventory.py
 deploy.py`); about 25 minutes. Each lab host pinned to its own core (`lab pin`: the coordinator on core 0, the workers
@@ -16,8 +16,8 @@ on core 1). The places: the coordinator's CPU (the layers llama_n_gpu_layers lea
 
 Targets (issue 24): tune's best within 2% of the sweep's best (by the sweep's own medians), with at most a third of
 its measurements; on the asymmetric lab the tuned split at least 1.10x the deployed one, or the sweep shows no
-better split exists; on the symmetric lab no significant gain, nothing changed. Writes docs/tune.md, docs/tune.json
-and docs/tune-sweep.png, docs/tune-asymmetric.png, docs/tune-symmetric.png. The lab is unpinned, the quota lifted
+better split exists; on the symmetric lab no significant gain, nothing changed. Writes docs/results/tune.md, docs/results/tune.json
+and docs/results/tune-sweep.png, docs/results/tune-asymmetric.png, docs/results/tune-symmetric.png. The lab is unpinned, the quota lifted
 and the deployed split back in place at the end.
 """
 from __future__ import annotations
@@ -86,7 +86,7 @@ def markdown(meta: dict, sweep_report: tune.Report, sweep: dict, asym: dict, sym
 `python3 -m benchmarks.tune_lab --quota {meta['quota']} --rounds {meta['rounds']} --repeats {meta['repeats']} --confirm {meta['confirm']}`, {meta['date']}, commit {meta['commit']},
 on {meta['machine']}. The lab: the coordinator (CPU), worker1 and worker2 (rpc-server on CPU), the 8-layer test
 model, each host pinned to its own core (coordinator core 0, workers core 1). Places, in llama.cpp's order: {places};
-the lab deploys {list(sweep_report.start)}. Every figure is from this one run (`docs/tune.json` has every measurement).
+the lab deploys {list(sweep_report.start)}. Every figure is from this one run (`docs/results/tune.json` has every measurement).
 
 A measurement: llama-server restarted with the split (its launch script rendered by the deploy's code with that split's
 llama_n_gpu_layers and llama_tensor_split; only llama-server restarts, behind the front), a warm-up, then

@@ -2,7 +2,7 @@
 the previous one, against a full-image transfer in the same run; and the first deploy's transfer with
 the layer filter in place against today's plain stream. Each figure is measured in one run.
 
-    python3 -m benchmarks.upgrade [--out docs/upgrade.md]
+    python3 -m benchmarks.upgrade [--out docs/results/upgrade.md]
 
 1. The lab deployed as it is (image OLD everywhere), then again with llama_cpp_build_number + 1: a new
    build (ccache makes it quick) whose bottom layers are OLD's, llama.cpp's binaries on top (NEW).
