@@ -1,8 +1,8 @@
 """systemd as the oracle for quoting.unit: a unit on a lab host whose ExecStart prints its words."""
 from llama_rpc_deploy import quoting
 
-from . import needs_docker, on
-from ..unit.test_quoting import CORPUS
+from .lab_helpers import needs_docker, on
+from ..unit.helpers import CORPUS
 
 pytestmark = needs_docker
 UNIT = "llama-rpc-quoting-test"

@@ -1,7 +1,6 @@
 """image_backend per host (issue 26): which image each host runs, how its GPUs reach the container, what the
 planner and status call its devices. The lab test (tests/e2e/test_lab_vulkan.py) deploys a mixed cluster."""
 import subprocess
-import sys
 
 import pytest
 
@@ -13,9 +12,7 @@ from llama_rpc_deploy.facts import RenderNodes
 from llama_rpc_deploy.gpus import lookup
 from llama_rpc_deploy.settings import SettingsError
 
-from .helpers import cluster
-from .test_cluster import LOCAL, REF
-from .test_render import words
+from .helpers import REF, cluster, words
 
 
 def mixed():

@@ -8,10 +8,7 @@ from llama_rpc_deploy.image import FILES
 from llama_rpc_deploy.settings import SettingsError
 from llama_rpc_deploy.source import Source
 
-from .helpers import cluster
-
-LOCAL = Source(ident="a" * 64, local_tarball=FILES / "Dockerfile", url=None)
-REF = Source(ident="0c1e57098bba43ac29e6e3b677cdceebdd22334f", local_tarball=None, url="https://example.invalid/x.tar.gz")
+from .helpers import LOCAL, REF, cluster
 
 
 def test_seed_pair_remote_first_local_last():

@@ -39,9 +39,8 @@ from llama_rpc_deploy import facts, render, source, transfer
 from llama_rpc_deploy.phases.services import health_probe
 from llama_rpc_deploy.settings import BY_NAME, SETTINGS, SettingsError
 
-from .helpers import cluster
+from .helpers import IMAGE, cluster
 
-IMAGE = "llama-rpc:b11312-0123456789ab"
 CANARY = "CANARY_PWNED"
 PAYLOADS = [f"$(touch {CANARY})", f"`touch {CANARY}`", f"; touch {CANARY}", f"\ntouch {CANARY}\n",
             f"' ; touch {CANARY} ; '", f'" ; touch {CANARY} ; "', f"& touch {CANARY} &", f"| touch {CANARY}",

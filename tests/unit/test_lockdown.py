@@ -10,8 +10,7 @@ from llama_rpc_deploy.render import (API_KEY_PATH, FIREWALL_UNIT, WORKER_UNIT, c
                                      worker_files)
 from llama_rpc_deploy.settings import SettingsError
 
-from .helpers import cluster
-from .test_render import IMAGE, flag, server_script, words
+from .helpers import IMAGE, cluster, flag, server_script, words
 
 KEY = "0123456789abcdef0123456789abcdef"
 

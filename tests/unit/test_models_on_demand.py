@@ -7,8 +7,7 @@ from llama_rpc_deploy import quoting
 from llama_rpc_deploy.render import MODELS_PRESET_MOUNT, coordinator_files, models_preset
 from llama_rpc_deploy.settings import SettingsError
 
-from .helpers import MODEL, cluster
-from .test_render import flag, server_script, words
+from .helpers import MODEL, cluster, flag, server_script, words
 
 QWEN = "/srv/models/Qwen/Qwen3-8B-Q4_K_M.gguf"
 TWO = {"qwen3-8b": {"llama_model_path": QWEN, "llama_ctx_size": 32768, "llama_parallel": 1,

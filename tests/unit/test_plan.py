@@ -1,10 +1,10 @@
 """The planner's arithmetic against figures computed by hand, on GGUF headers shaped like real models."""
 import pytest
 
-from llama_rpc_deploy.gguf_header import ModelInfo, read_model
+from llama_rpc_deploy.gguf_header import read_model
 from llama_rpc_deploy.plan import GIB, Context, Device, auto_split, ceiling, kv_bytes, place, plan_cluster, render_shares
 
-from .helpers import cluster
+from .helpers import cluster, seed_model
 from .shaped import write_shaped
 
 
@@ -57,13 +57,6 @@ def test_sliding_window_kv_by_hand(gemma27b):
     # --kv-unified: one stream of 65536 cells; the window holds 1024 x 4 slots + 512
     unified = Context(65536, 4, "f16", "f16", unified=True)
     assert kv_bytes(gemma27b, list(range(62)), unified) == 10 * 65536 * 8192 + 52 * 4608 * 8192
-
-
-def seed_model(weights_gb=17.0, n_layer=60):
-    layer = int(weights_gb * 1e9 / n_layer)
-    return ModelInfo(path="-", arch="x", n_layer=n_layer, n_embd=5376, n_vocab=262144, n_ctx_train=131072,
-                     layer_bytes=(layer,) * n_layer, input_bytes=0, output_bytes=0,
-                     kv_per_token=((2048, 2048),) * n_layer)
 
 
 DESKTOP_4080 = Device("CUDA0", "desktop", "RTX 4080", 16 * GIB, 717e9)

@@ -20,9 +20,7 @@ from llama_rpc_deploy.programs import (FILES, PROGRAMS, WATCHDOG_LIBRARY, cache_
                                        front_drain_env, llama_server_watchdog_env, rpc_server_watchdog_env,
                                        wait_for_workers_env)
 
-from .helpers import cluster
-
-IMAGE = "llama-rpc:0c1e57098-abcdef012345"
+from .helpers import IMAGE, cluster
 ENDPOINT = "10.0.0.20:50052"
 OTHER = "10.0.0.21:50052"
 SERVER_UNIT = "llama-server.service"

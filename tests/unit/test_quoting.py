@@ -6,8 +6,7 @@ import pytest
 
 from llama_rpc_deploy import quoting
 
-CORPUS = ["plain", "two words", "it's", 'say "hi"', "$(id)", "`id`", "a;b", "a&b", "a|b", "*", "~", "-n", "",
-          "%h %n", "$HOME", "${HOME}", "back\\slash", "tab\there", "é中文🙂", "new\nline"]
+from .helpers import CORPUS
 
 
 def test_shell_words_come_back_from_bash_as_they_went_in():

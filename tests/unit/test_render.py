@@ -1,6 +1,5 @@
 import os
 import re
-import shlex
 import subprocess
 from pathlib import Path
 
@@ -9,23 +8,7 @@ import pytest
 from llama_rpc_deploy import programs, render
 from llama_rpc_deploy.render import COORDINATOR_UNIT, WORKER_UNIT, coordinator_files, worker_files
 
-from .helpers import MODEL, cluster
-
-IMAGE = "llama-rpc:0c1e57098-abcdef012345"
-
-
-def server_script(c, image=IMAGE):
-    return coordinator_files(c, image)["/opt/llama-rpc/llama-server.sh"]
-
-
-def words(script):
-    """The command line the script runs, as the shell would split it."""
-    body = script.split("exec ", 1)[1].replace("\\\n", " ")
-    return shlex.split(body.split('"$@"')[0])
-
-
-def flag(argv, name):
-    return argv[argv.index(name) + 1]
+from .helpers import IMAGE, MODEL, cluster, flag, server_script, words
 
 
 def test_llama_server_carries_the_settings():

@@ -8,9 +8,7 @@ import pytest
 
 from llama_rpc_deploy import render
 
-from .helpers import cluster
-
-IMAGE = "llama-rpc:0c1e57098-abcdef012345"
+from .helpers import IMAGE, cluster
 CLUSTERS = {
     "seed pair": lambda: cluster(),
     "cpu lab, two workers, no firewall on one": lambda: cluster(

@@ -4,8 +4,7 @@ from gguf import GGUFReader
 
 from lab import testmodel
 from lab.testmodel import (PROMPT, SENTENCE, SPACE, Shape, layer_effects, pieces, read_weights, sentence_tokens,
-                           sentence_vocabulary, sentence_weights, tokenize, vocabulary, write_model,
-                           write_sentence_model)
+                           sentence_vocabulary, sentence_weights, tokenize, vocabulary, write_model)
 
 
 def test_model_is_a_llama_gguf_with_the_asked_shape(tmp_path):

@@ -6,8 +6,7 @@ import pytest
 from llama_rpc_deploy import plan, tune
 from llama_rpc_deploy.plan import GIB, Device
 
-from .helpers import cluster
-from .test_plan import seed_model
+from .helpers import cluster, seed_model
 
 CPU_RPC = [Device("RPC0", "w1", "CPU", 0, 40e9), Device("RPC1", "w2", "CPU", 0, 40e9)]
 CARDS = [Device("RPC0", "server", "RTX 5060 Ti 16GB", 16 * GIB, 448e9), Device("CUDA0", "desktop", "RTX 4080", 16 * GIB, 717e9)]
