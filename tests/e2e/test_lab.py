@@ -16,7 +16,7 @@ from lab import lab
 from llama_rpc_deploy import render
 from llama_rpc_deploy.deployment import PROJECT, from_cluster, offline_cluster
 
-from . import INVENTORY, WORKERS, changed, needs_docker, on, operations, pyinfra
+from .lab_helpers import INVENTORY, WORKERS, changed, needs_docker, on, operations, pyinfra
 
 pytestmark = needs_docker
 

@@ -12,7 +12,7 @@ import pytest
 from lab import lab
 from llama_rpc_deploy.deployment import PROJECT, load_inventory
 
-from . import WORKERS, needs_docker, snapshot
+from .lab_helpers import WORKERS, needs_docker, snapshot
 
 from ..bad_configs import CASES, Bad, expected_words, on_coordinator, on_worker, write_case
 

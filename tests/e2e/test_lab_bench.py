@@ -8,7 +8,7 @@ import sys
 from lab import lab
 from llama_rpc_deploy.deployment import PROJECT
 
-from . import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra
+from .lab_helpers import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra
 
 pytestmark = needs_docker
 

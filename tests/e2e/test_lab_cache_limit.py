@@ -20,7 +20,7 @@ from llama_rpc_deploy.loadtest import until_serving
 from llama_rpc_deploy.render import CACHE_PRUNE_EVERY, CACHE_PRUNE_UNIT, cache_dir
 from lab.testmodel import Shape, write_model
 
-from . import INVENTORY, WORKERS, deployed_and_serving, needs_docker, on, operations, pyinfra
+from .lab_helpers import INVENTORY, WORKERS, deployed_and_serving, needs_docker, on, operations, pyinfra
 
 pytestmark = needs_docker
 SHAPE = Shape(n_layer=6, n_embd=1536, n_head=12, n_head_kv=4, n_ff=4096)  # FFN tensors: 1536 x 4096 x 2 bytes

@@ -23,7 +23,7 @@ import pytest
 from lab import lab
 from llama_rpc_deploy.deployment import PROJECT
 
-from . import WORKERS, needs_docker, operations, pyinfra
+from .lab_helpers import WORKERS, needs_docker, operations, pyinfra
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 URL = os.environ.get("LLAMA_RPC_CHAT_URL") or f"http://{lab.ip_of(0)}:8080/"

@@ -15,8 +15,7 @@ from lab import lab
 from llama_rpc_deploy.deployment import PROJECT, from_cluster
 from llama_rpc_deploy.loadtest import run_load, until_serving
 
-from . import cluster, serving_afterwards  # noqa: F401  (the fixtures of a lab left serving)
-from . import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra
+from .lab_helpers import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra
 
 pytestmark = [needs_docker, pytest.mark.usefixtures("serving_afterwards")]
 COORDINATOR, WORKER1 = 0, 1

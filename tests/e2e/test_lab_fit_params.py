@@ -16,7 +16,7 @@ from llama_rpc_deploy.gguf_header import read_model
 
 from .. import oracle
 from ..families import FAMILIES
-from . import deployed_and_serving, needs_docker
+from .lab_helpers import deployed_and_serving, needs_docker
 
 pytestmark = needs_docker
 FOLDER = "/var/lib/llama-rpc-oracle"  # on the coordinator, mounted into the image's container

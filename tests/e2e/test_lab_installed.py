@@ -15,7 +15,7 @@ from lab.testmodel import write_sentence_model
 from llama_rpc_deploy.deployment import PROJECT
 from llama_rpc_deploy.loadtest import until_serving
 
-from . import INVENTORY, deployed_and_serving, needs_docker, on
+from .lab_helpers import INVENTORY, needs_docker, on
 
 
 @pytest.fixture(scope="module")
@@ -27,11 +27,6 @@ def llama_rpc(tmp_path_factory):
     subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", str(PROJECT)],
                    check=True, timeout=1800)
     return str(venv / "bin" / "llama-rpc")
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    return deployed_and_serving()
 
 
 def run(llama_rpc, *args, cwd=None):

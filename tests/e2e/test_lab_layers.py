@@ -6,22 +6,16 @@ crosses the link and the worker gets the same image ID; a stream that leaves out
 lacks is refused and nothing is tagged.
 """
 import json
-import subprocess
 
 import pytest
 
-from lab import lab
-from llama_rpc_deploy import facts, transfer
+from llama_rpc_deploy import facts
 from llama_rpc_deploy.deployment import from_cluster
-from llama_rpc_deploy.quoting import shell
 
-from . import deployed_and_serving, needs_docker, on
+from .lab_helpers import NEW_BYTES, deployed_and_serving, needs_docker, on, rx_bytes, send
 
 pytestmark = needs_docker
 PROBE = "llama-rpc-layer-probe"
-FILTER = f"/opt/llama-rpc/{transfer.SKIP_LAYERS}"
-LAYERS = "/var/tmp/layers-of-the-worker"
-NEW_BYTES = 3_000_000
 
 
 @pytest.fixture(scope="module")
@@ -36,18 +30,6 @@ def probe():
     finally:
         for host in (0, 1):
             on(host, f"docker rmi -f {PROBE}:1 {PROBE}:2 >/dev/null 2>&1")
-
-
-def send(cluster, image: str, have, worker: int = 0) -> subprocess.CompletedProcess:
-    """The deploy's transfer command to the worker of that index, run on the coordinator under bash as the deploy
-    runs it, with `have` as the worker's images."""
-    lab.put_file("coordinator", LAYERS, transfer.layers_text(have))
-    command = transfer.send_command(image, cluster.workers[worker].address, layers_file=LAYERS, skip_layers=FILTER)
-    return on(0, f"bash -c {shell(command)}")
-
-
-def rx_bytes(host: int) -> int:
-    return int(on(host, "cat /sys/class/net/eth0/statistics/rx_bytes").stdout)
 
 
 def test_only_the_new_layer_crosses_and_the_image_id_is_the_same(probe):

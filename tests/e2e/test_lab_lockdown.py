@@ -21,7 +21,7 @@ from llama_rpc_deploy.loadtest import until_serving
 from llama_rpc_deploy.cluster import api_key
 from llama_rpc_deploy.render import FIREWALL_CHAIN
 
-from . import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra
+from .lab_helpers import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra
 
 pytestmark = needs_docker
 

@@ -13,18 +13,16 @@ import subprocess
 import numpy as np
 import pytest
 from matplotlib import image as mpimg
-from openai import OpenAI
 
 from lab import lab
-from llama_rpc_deploy import client, load_report
-from llama_rpc_deploy.cluster import api_key
+from llama_rpc_deploy import load_report
 from llama_rpc_deploy.deployment import offline_cluster
 from llama_rpc_deploy.gguf_header import projector_bytes, read_model
 from llama_rpc_deploy.plan import MIB, plan_cluster
 from lab.testmodel import PROMPT, SENTENCE, sentence_tokens, write_sentence_model
 from lab.testprojector import write_projector
 
-from . import INVENTORY, deployed_and_serving, needs_docker, on, operations, pyinfra
+from .lab_helpers import INVENTORY, api, deployed_and_serving, needs_docker, on, operations, pyinfra
 
 pytestmark = needs_docker
 FOLDER = "/models/lmstudio"  # on the coordinator
@@ -56,11 +54,6 @@ def deployed(tmp_path_factory):
     finally:
         operations(pyinfra("--json"))
         on(0, f"rm -rf {FOLDER}")
-
-
-def api(cluster) -> OpenAI:
-    key = api_key(cluster) if cluster.settings["llama_api_key_file"] else None
-    return OpenAI(base_url=client.server_url(cluster) + "/v1", api_key=key or "no-key-needed", timeout=300, max_retries=0)
 
 
 def png() -> str:

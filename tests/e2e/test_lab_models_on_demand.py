@@ -18,8 +18,7 @@ from llama_rpc_deploy.gguf_header import read_model
 from llama_rpc_deploy.plan import MIB, plan_cluster
 from lab.testmodel import PROMPT, PROMPT_2, SENTENCE, SENTENCE_2, write_sentence_model
 
-from . import INVENTORY, changed, deployed_and_serving, needs_docker, on, operations, pyinfra
-from .test_lab_model_files import api
+from .lab_helpers import INVENTORY, api, changed, deployed_and_serving, needs_docker, on, operations, pyinfra
 
 pytestmark = needs_docker
 FOLDER = "/models/on-demand"  # on the coordinator: a folder of its own, so it is mounted apart (/models-1)

@@ -21,8 +21,7 @@ from llama_rpc_deploy.cluster import api_key
 from llama_rpc_deploy.loadtest import run_load, until_serving
 from llama_rpc_deploy.render import FRONT_SOCKET
 
-from . import cluster, serving_afterwards  # noqa: F401  (the fixtures of a lab left serving)
-from . import changed, needs_docker, on, operations, pyinfra
+from .lab_helpers import changed, needs_docker, on, operations, pyinfra
 
 pytestmark = [needs_docker, pytest.mark.usefixtures("serving_afterwards")]
 COORDINATOR, WORKER1 = 0, 1

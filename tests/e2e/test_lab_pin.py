@@ -14,7 +14,7 @@ import pytest
 from lab import lab
 from llama_rpc_deploy.deployment import from_cluster
 
-from . import deployed_and_serving, needs_docker, on
+from .lab_helpers import deployed_and_serving, needs_docker, on
 
 pytestmark = [needs_docker, pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="pinning needs 2 cores to show")]
 LAST = str((os.cpu_count() or 1) - 1)

@@ -14,7 +14,7 @@ from llama_rpc_deploy.phases.build import FIRST_LOOK_SECONDS
 from llama_rpc_deploy.settings import DEFAULTS
 from llama_rpc_deploy.source import pack_tree, record, sha256_file
 
-from . import WORKERS, changed, needs_docker, on, operations, pyinfra, snapshot
+from .lab_helpers import WORKERS, changed, needs_docker, on, operations, pyinfra, snapshot
 
 pytestmark = needs_docker
 REF = DEFAULTS["llama_cpp_ref"]

@@ -15,7 +15,7 @@ from llama_rpc_deploy.deployment import ssh_runner
 from llama_rpc_deploy.loadtest import run_load
 from llama_rpc_deploy.plan import MIB, Context, place
 
-from . import INVENTORY, deployed_and_serving, needs_docker, on
+from .lab_helpers import INVENTORY, deployed_and_serving, needs_docker, on
 
 pytestmark = needs_docker
 SCRIPT = "/opt/llama-rpc/llama-server.sh"

@@ -20,7 +20,7 @@ from llama_rpc_deploy import tunnel
 from llama_rpc_deploy.loadtest import run_load, until_serving
 from llama_rpc_deploy.paths import STATE
 
-from . import WORKERS, changed, cluster, needs_docker, on, operations, pyinfra, serving_afterwards, snapshot  # noqa: F401
+from .lab_helpers import WORKERS, changed, needs_docker, on, operations, pyinfra, snapshot
 
 pytestmark = [needs_docker, pytest.mark.usefixtures("serving_afterwards")]
 

@@ -21,9 +21,8 @@ from llama_rpc_deploy.loadtest import until_serving
 
 from llama_rpc_deploy import facts
 
-from . import INVENTORY, WORKERS, changed, needs_docker, on, operations, pyinfra
-from .test_lab_layers import NEW_BYTES, rx_bytes, send
-from .test_lab_tokens import alone, chat, openai_client, same_tokens, split_api, streamed_chat  # noqa: F401 (alone: a fixture)
+from .lab_helpers import (INVENTORY, NEW_BYTES, WORKERS, api, changed, chat, needs_docker, on, openai_client, operations,
+                          pyinfra, rx_bytes, same_tokens, send, streamed_chat)
 
 pytestmark = needs_docker
 COORDINATOR, WORKER1, WORKER2 = 0, 1, 2
@@ -120,7 +119,7 @@ def test_status_shows_each_hosts_backend(cluster):
 
 @pytest.mark.parametrize("call", [chat, streamed_chat], ids=["chat", "streamed"])
 def test_cpu_and_vulkan_workers_give_one_process_tokens(cluster, alone, call):
-    split, one = call(split_api(cluster)), call(openai_client(alone, None))
+    split, one = call(api(cluster)), call(openai_client(alone, None))
     for name, (text, tokens) in {"split": split, "alone": one}.items():
         assert text == SENTENCE, name
         assert len(tokens) == len(sentence_tokens()), name
