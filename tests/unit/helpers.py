@@ -1,6 +1,8 @@
 """What the unit tests share (no test module imports another): clusters built from plain dicts, through the same
 layers (settings.layers) and checks as the deploy; the image tag they render with and the words of a rendered
-launch script; two llama.cpp sources; a model of the seed pair's size; a corpus of shell words."""
+launch script; two llama.cpp sources; a model of the seed pair's size; a corpus of shell words; fewer examples
+for a dear property test under Hypothesis' ci profile."""
+import os
 import shlex
 
 from llama_rpc_deploy import cluster as cluster_
@@ -56,3 +58,14 @@ def seed_model(weights_gb=17.0, n_layer=60):
     return ModelInfo(path="-", arch="x", n_layer=n_layer, n_embd=5376, n_vocab=262144, n_ctx_train=131072,
                      layer_bytes=(layer,) * n_layer, input_bytes=0, output_bytes=0,
                      kv_per_token=((2048, 2048),) * n_layer)
+
+
+def ci_examples(examples: int):
+    """@ci_examples(N): a property test whose examples are dear tries N of them under Hypothesis' ci profile (the
+    default, tests/conftest.py: 100, the same ones every run) and the profile's own number under any other
+    (HYPOTHESIS_PROFILE=explore: 3000 new ones)."""
+    from hypothesis import settings
+
+    if os.environ.get("HYPOTHESIS_PROFILE", "ci") != "ci":
+        return settings()
+    return settings(max_examples=examples)
