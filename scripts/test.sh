@@ -2,8 +2,17 @@
 # README's second command: set up this machine and run every test: unit tests (no hosts), the front's
 # tests (the real HAProxy before a fake llama-server, on this machine), then the end-to-end lab tests
 # (lab up with two workers: deploy, testinfra verification, idempotent re-run, bad configurations,
-# lockdown from an outsider host, faults and rollback, load, bench).
+# lockdown from an outsider host, faults and rollback, load, bench). Arguments go to pytest, both runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-machine.sh
-exec python3 -m pytest -v tests/unit tests/front tests/e2e "$@"
+# The unit tests first, in one worker per core (they share no port and no path; tests/unit/conftest.py), and a
+# failure stops here; then the front's and the lab's tests in one process: they share one lab and its ports.
+# Status 5 is pytest's "no test selected": arguments such as -k may select tests of one run only.
+unit=0
+python3 -m pytest -v -n auto --dist loadgroup tests/unit "$@" || unit=$?
+if [ "$unit" -ne 0 ] && [ "$unit" -ne 5 ]; then exit "$unit"; fi
+lab=0
+python3 -m pytest -v tests/front tests/e2e "$@" || lab=$?
+if [ "$lab" -eq 5 ] && [ "$unit" -eq 0 ]; then exit 0; fi
+exit "$lab"

@@ -35,15 +35,28 @@ if settings:
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+class _SentenceModels(dict):
+    """{"one": path, "two": path}, each model written the first time it is asked for."""
+
+    def __init__(self, folder: Path):
+        super().__init__()
+        self.folder = folder
+
+    def __missing__(self, name: str) -> Path:
+        from lab.testmodel import PROMPT_2, SENTENCE_2, write_sentence_model
+
+        text = {"one": {}, "two": {"prompt": PROMPT_2, "sentence": SENTENCE_2}}[name]
+        self[name] = write_sentence_model(self.folder / f"{name}.gguf", **text)
+        return self[name]
+
+
 @pytest.fixture(scope="session")
 def sentence_models(tmp_path_factory) -> dict[str, Path]:
     """The lab's two sentence models (lab.testmodel: PROMPT/SENTENCE and PROMPT_2/SENTENCE_2, 51 MB each),
-    written once a session. Read-only: a test that wants one at a path of its own asks `place_sentence_model`."""
-    from lab.testmodel import PROMPT_2, SENTENCE_2, write_sentence_model
-
-    folder = tmp_path_factory.mktemp("sentence-models")
-    return {"one": write_sentence_model(folder / "one.gguf"),
-            "two": write_sentence_model(folder / "two.gguf", prompt=PROMPT_2, sentence=SENTENCE_2)}
+    written once a session (a process: one per xdist worker), each when first asked for (half a second).
+    Read-only: a test that wants one at a path of its own asks `place_sentence_model`. Tests that use them carry
+    `@pytest.mark.xdist_group("sentence models")`, so one worker writes them."""
+    return _SentenceModels(tmp_path_factory.mktemp("sentence-models"))
 
 
 @pytest.fixture

@@ -336,6 +336,7 @@ def corpus(tmp_path_factory, bin_dir) -> dict[str, list]:
     return outcomes
 
 
+@pytest.mark.xdist_group("fuzz corpus")  # one worker runs the corpus (its batch takes a second)
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_every_string_setting_with_each_payload(corpus, payload):
     """The corpus, into every setting that takes a string, at the end of a valid value and alone."""

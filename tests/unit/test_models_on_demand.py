@@ -105,6 +105,7 @@ def test_the_preset_cannot_carry_what_its_ini_cannot_quote():
     assert quoting.ini("/models/file (1) [q4] & more.gguf") == "/models/file (1) [q4] & more.gguf"
 
 
+@pytest.mark.xdist_group("sentence models")  # tests/conftest.py: written once, on one worker
 def test_plan_plans_every_model_with_its_own_settings(tmp_path, capsys, place_sentence_model):
     """`plan` with llama_models: one table per model, each model's context and split; a model that does
     not fit fails the command."""
@@ -156,6 +157,7 @@ def test_two_files_of_one_name_are_refused():
         c.with_folder(["/srv/models/lmstudio-community/a b.gguf", "/srv/models/lmstudio-community/a-b.gguf"])
 
 
+@pytest.mark.xdist_group("sentence models")
 def test_plan_reads_the_folder_here(tmp_path, capsys, place_sentence_model):
     from llama_rpc_deploy.__main__ import main
 

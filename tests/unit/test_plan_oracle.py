@@ -14,6 +14,7 @@ from .. import oracle
 from ..families import FAMILIES
 
 RECORDED = json.loads(oracle.RECORDED.read_text())
+pytestmark = pytest.mark.xdist_group("plan oracle")  # one worker writes and reads the 8 models (a second)
 
 
 @pytest.fixture(scope="module")

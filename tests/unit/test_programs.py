@@ -150,6 +150,7 @@ def shellcheck_findings():
     return findings
 
 
+@pytest.mark.xdist_group("shellcheck of the programs")  # one worker runs shellcheck, once
 @pytest.mark.parametrize("name", sorted(p.name for p in FILES.glob("*.sh")))
 def test_shellcheck(shellcheck_findings, name):
     assert not shellcheck_findings.get(name), "\n".join(shellcheck_findings[name])

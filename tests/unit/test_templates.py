@@ -87,6 +87,7 @@ def shellcheck_findings(tmp_path_factory):
     return findings
 
 
+@pytest.mark.xdist_group("shellcheck of the rendered scripts")  # one worker runs shellcheck, once
 @pytest.mark.parametrize("name", list(CLUSTERS))
 def test_rendered_shell_scripts_pass_shellcheck(shellcheck_findings, name):
     assert not shellcheck_findings[name], "\n".join(shellcheck_findings[name])

@@ -6,6 +6,8 @@ from lab import testmodel
 from lab.testmodel import (PROMPT, SENTENCE, SPACE, Shape, layer_effects, pieces, read_weights, sentence_tokens,
                            sentence_vocabulary, sentence_weights, tokenize, vocabulary, write_model)
 
+pytestmark = pytest.mark.xdist_group("sentence models")  # tests/conftest.py: written once, on one worker
+
 
 def test_model_is_a_llama_gguf_with_the_asked_shape(tmp_path):
     shape = Shape(n_layer=3, n_embd=64, n_head=4, n_head_kv=2, n_ff=128)
