@@ -1,7 +1,8 @@
-"""The unit tests run in parallel workers (pytest-xdist), one per core, when a run holds nothing but them: they share
-no port, no lab and no fixed path (each writes under its own tmp_path), and the suite takes a third of the time.
-tests/front and tests/e2e share one lab and its ports, and always run in one process. `-n 0` runs the unit tests
-in this process (for --pdb, or one quick test), `-n N` in N workers."""
+"""The unit suite runs in parallel workers (pytest-xdist), one per core, when a run is the folder tests/unit and
+nothing else: the tests share no port, no lab and no fixed path (each writes under its own tmp_path), and the suite
+takes a third of the time. A run of some files or tests (a few seconds at most) stays in one process, and so do
+tests/front and tests/e2e, which share one lab and its ports. `-n 0` runs the whole suite in one process (--pdb
+does too), `-n N` any run in N workers."""
 from __future__ import annotations
 
 import os
@@ -16,11 +17,10 @@ HERE = Path(__file__).resolve().parent
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
-def only_unit_tests(config: pytest.Config) -> bool:
-    """Whether every path the run was given (or the folder it runs in, given none) lies in tests/unit."""
+def the_unit_suite(config: pytest.Config) -> bool:
+    """Whether the run is the folder tests/unit (given as its path, or run in it with no path)."""
     where = config.invocation_params.dir
-    paths = [arg.split("::")[0] for arg in config.args] or [str(where)]
-    return all(HERE == p or HERE in p.parents for p in ((where / path).resolve() for path in paths))
+    return all((where / path).resolve() == HERE for path in config.args or [where])
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -29,7 +29,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     loadgroup keeps the tests of one xdist_group (those that share a costly module fixture) on one worker."""
     if (getattr(config.option, "numprocesses", "absent") is not None  # given, or no xdist
             or "PYTEST_XDIST_WORKER" in os.environ or config.getoption("usepdb", False)
-            or not only_unit_tests(config)):
+            or not the_unit_suite(config)):
         return
     config.option.numprocesses = "auto"
     if config.option.dist == "no":
@@ -45,6 +45,7 @@ def pytest_configure_node(node) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """(a worker) As xdist's worker does for `--dist loadgroup` on the command line: the group joins each test's id,
-    which is all the controller sees of it."""
+    which is all the controller sees of it. (The marker is xdist's; declared here too for a run without it.)"""
+    config.addinivalue_line("markers", "xdist_group(name): tests that run on one xdist worker (--dist loadgroup)")
     if getattr(config, "workerinput", {}).get("llama_rpc_dist") == "loadgroup":
         config.option.loadgroup = True
