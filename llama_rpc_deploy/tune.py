@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import client, plan, render, tune_search
+from . import client, plan, render, roles, tune_search
 from .bench import long_prompt, model_header
 from .cluster import Cluster
 from .deployment import offline_cluster, ssh_runner
@@ -111,7 +111,7 @@ class Server:
 
     @property
     def script_path(self) -> str:
-        return f"{self.cluster.settings['deploy_dir']}/llama-server.sh"
+        return roles.coordinator(self.cluster).launch_script
 
     def ssh(self, command: str, input: str | None = None, timeout: float = 600) -> str:
         result = self.run(self.cluster.coordinator.name, command, input=input, timeout=timeout)
@@ -140,7 +140,7 @@ class Server:
     def restart_with(self, text: str, bound: float) -> None:
         path = shlex.quote(self.script_path)
         self.ssh(f"cat > {path}.tune && chmod 755 {path}.tune && mv {path}.tune {path} && "
-                 f"systemctl restart {render.COORDINATOR_UNIT}", input=text)
+                 f"systemctl restart {roles.COORDINATOR_UNIT}", input=text)
         if until_serving(self.cluster, bound, expect_down=False).seconds is None:
             raise RuntimeError(f"llama-server did not serve within {bound:.0f} s of its restart")
 

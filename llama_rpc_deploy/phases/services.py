@@ -14,7 +14,7 @@ from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File, Sha1File
 from pyinfra.operations import apt, files, server, systemd
 
-from .. import client, operations, render, tunnel
+from .. import client, operations, render, roles, tunnel
 from ..cluster import SERVICE_USER
 from ..quoting import shell
 from ..run import Run
@@ -85,16 +85,16 @@ def install_tunnel(run: Run, me) -> None:
     plain), a tunnel left by an earlier deploy goes. Every host of a role makes the same operations."""
     cluster = run.deployment.cluster
     rendered = render.tunnel_files(cluster, me)
-    config, unit = f"{me.settings['deploy_dir']}/{render.TUNNEL_CONFIG}", f"{render.UNIT_DIR}/{render.TUNNEL_UNIT}"
+    config, unit = f"{me.settings['deploy_dir']}/{roles.TUNNEL_CONFIG}", f"{roles.UNIT_DIR}/{roles.TUNNEL_UNIT}"
     if not rendered:
         left = host.get_fact(File, path=unit)
         server.shell(name="No RPC tunnel (rpc_transport: plain): one left by an earlier deploy removed",
-                     commands=[f"systemctl disable --now {render.TUNNEL_UNIT}; rm -rf {shell(tunnel.TUNNEL_DIR)} "
+                     commands=[f"systemctl disable --now {roles.TUNNEL_UNIT}; rm -rf {shell(roles.TUNNEL_DIR)} "
                                f"{shell(config)} {shell(unit)} && systemctl daemon-reload"] if left else [])
         return
-    debian_packages("The tunnel's package", render.TUNNEL_PACKAGES)
-    files.directory(name=f"{tunnel.TUNNEL_DIR}: the tunnel's keys (mode 700, owner {SERVICE_USER})",
-                    path=tunnel.TUNNEL_DIR, user=SERVICE_USER, group=SERVICE_USER, mode="700")
+    debian_packages("The tunnel's package", roles.TUNNEL_PACKAGES)
+    files.directory(name=f"{roles.TUNNEL_DIR}: the tunnel's keys (mode 700, owner {SERVICE_USER})",
+                    path=roles.TUNNEL_DIR, user=SERVICE_USER, group=SERVICE_USER, mode="700")
     keys = [operations.secret_file(name=f"Tunnel: {dest} (mode 400, owner {SERVICE_USER}, content never shown)",
                                    src=str(src), dest=dest, user=SERVICE_USER, group=SERVICE_USER)
             for dest, src in host.loop(tunnel.host_sources(run.deployment.tunnel, me.name).items())]
@@ -102,11 +102,11 @@ def install_tunnel(run: Run, me) -> None:
     new_unit = ops[unit].will_change
     reread = not new_unit and (ops[config].will_change or any(op.will_change for op in keys))
     restart = server.shell(name="RPC tunnel: restarted on its new unit",
-                           commands=[f"systemctl daemon-reload && systemctl enable --quiet {render.TUNNEL_UNIT} && "
-                                     f"systemctl restart {render.TUNNEL_UNIT}"] if new_unit else [])
+                           commands=[f"systemctl daemon-reload && systemctl enable --quiet {roles.TUNNEL_UNIT} && "
+                                     f"systemctl restart {roles.TUNNEL_UNIT}"] if new_unit else [])
     server.shell(name="RPC tunnel: new keys or peers read again (the connections open stay up)",
-                 commands=[f"systemctl try-reload-or-restart {render.TUNNEL_UNIT}"] if reread else [])
-    ensure = systemd.service(name="RPC tunnel running and enabled", service=render.TUNNEL_UNIT,
+                 commands=[f"systemctl try-reload-or-restart {roles.TUNNEL_UNIT}"] if reread else [])
+    ensure = systemd.service(name="RPC tunnel running and enabled", service=roles.TUNNEL_UNIT,
                              running=None if new_unit else True, enabled=None if new_unit else True)
     run.tunnel_services[host.name] = Started(restart, ensure, new_unit)
 
@@ -118,17 +118,17 @@ def install_worker(run: Run):
     firewall = render.firewall_files(cluster, me)
     if firewall:  # before rpc-server (re)starts; a reload re-applies the rule without restarting rpc-server
         will_change = {path: op.will_change for path, op in zip(firewall, put_all(run, firewall))}
-        systemd.service(name="Firewall: RPC port from the coordinator only", service=render.FIREWALL_UNIT,
+        systemd.service(name="Firewall: RPC port from the coordinator only", service=roles.FIREWALL_UNIT,
                         running=True, enabled=True,
                         reloaded=any(c for path, c in will_change.items() if not path.endswith(".service")),
                         daemon_reload=any(c for path, c in will_change.items() if path.endswith(".service")))
     install_tunnel(run, me)
-    run.worker_services[host.name] = service("rpc-server running and enabled", render.WORKER_UNIT,
+    run.worker_services[host.name] = service("rpc-server running and enabled", roles.WORKER_UNIT,
                                              put_all(run, render.worker_files(cluster, me, image)),
                                              _ignore_errors=True)  # the health check decides
-    service("Watchdog: restart rpc-server when it holds a dead client", render.WORKER_WATCHDOG_UNIT,
+    service("Watchdog: restart rpc-server when it holds a dead client", roles.WORKER_WATCHDOG_UNIT,
             put_all(run, render.worker_watchdog_files(me)))
-    service(f"Tensor cache kept under {me.settings['rpc_cache_max_gib']:g} GiB (a timer)", render.CACHE_PRUNE_TIMER,
+    service(f"Tensor cache kept under {me.settings['rpc_cache_max_gib']:g} GiB (a timer)", roles.CACHE_PRUNE_TIMER,
             put_all(run, render.cache_prune_files(me)))
 
 
@@ -158,15 +158,12 @@ def wait_for_health(cluster, ready: bool = True) -> str:
     # by the clock, not by tries: through the front, a try may wait (held) up to curl's --max-time
     return (f"end=$(($(date +%s) + {cluster.settings['llama_health_timeout']})); "
             f"while [ \"$(date +%s)\" -lt \"$end\" ]; do {probe} && exit 0; sleep 1; done; "
-            f"journalctl -u {render.COORDINATOR_UNIT} -n 40 --no-pager; exit 1")
-
-
-FRONT_PACKAGES = ("haproxy", "socat")  # the front, and the client of its admin socket (front-drain.sh, status)
+            f"journalctl -u {roles.COORDINATOR_UNIT} -n 40 --no-pager; exit 1")
 
 
 def front_drain(cluster, word: str) -> str:
     """front-drain.sh WORD on the coordinator; nothing where the front is not installed yet (a first deploy)."""
-    script = shell(f"{cluster.settings['deploy_dir']}/front-drain.sh")
+    script = shell(roles.coordinator(cluster).path(roles.FRONT_DRAIN))
     return f"if [ -x {script} ]; then {script} {word}; fi"
 
 
@@ -180,10 +177,10 @@ def install_front(run: Run):
     the drain: the front stops sending new requests to llama-server (it holds them) and waits, bounded,
     for those in flight. llama-server cannot survive a worker's restart, so this comes before the workers'."""
     cluster = run.deployment.cluster
-    debian_packages("The front's packages", FRONT_PACKAGES)
+    debian_packages("The front's packages", roles.FRONT_PACKAGES)
     changed = any(op.will_change for op in put_all(run, render.front_files(cluster)))
     server.shell(name="The front reloaded on its new files, if it runs (its requests in flight finish in the old process)",
-                 commands=[f"systemctl daemon-reload && systemctl try-reload-or-restart {render.FRONT_UNIT}"]
+                 commands=[f"systemctl daemon-reload && systemctl try-reload-or-restart {roles.FRONT_UNIT}"]
                  if changed else [])
     run.front_drain = server.shell(
         name=f"Drain the front (at most {cluster.settings['llama_front_drain_seconds']} s) before servers restart",
@@ -199,19 +196,19 @@ def install_coordinator(run: Run):
     if s["llama_api_key_file"]:
         # /etc/llama-rpc (mode 700) was made by distribute_image; no .previous copy of a secret
         changed.insert(0, operations.secret_file(
-            name=f"API key as {render.API_KEY_PATH} (mode 400, owner {SERVICE_USER}, content never shown)",
-            src=os.path.expanduser(s["llama_api_key_file"]), dest=render.API_KEY_PATH,
+            name=f"API key as {roles.API_KEY_PATH} (mode 400, owner {SERVICE_USER}, content never shown)",
+            src=os.path.expanduser(s["llama_api_key_file"]), dest=roles.API_KEY_PATH,
             user=SERVICE_USER, group=SERVICE_USER))
-    started = service("llama-server running and enabled", render.COORDINATOR_UNIT, changed,
+    started = service("llama-server running and enabled", roles.COORDINATOR_UNIT, changed,
                       _ignore_errors=True)  # the health check below decides
     run.coordinator_service = started
     after_workers = server.shell(
-        name="Restart llama-server after its workers restarted", commands=[f"systemctl restart {render.COORDINATOR_UNIT}"],
+        name="Restart llama-server after its workers restarted", commands=[f"systemctl restart {roles.COORDINATOR_UNIT}"],
         _ignore_errors=True, _if=lambda: run.coordinator_restart_needed(started))
     # started here the first time (install_front reloads it): on an upgrade from a version without the
     # front, llama-server held llama_port until its restart above
     systemd.service(name=f"The front: HAProxy at {render.front_address(cluster)}, running and enabled",
-                    service=render.FRONT_UNIT, running=True, enabled=True,
+                    service=roles.FRONT_UNIT, running=True, enabled=True,
                     _ignore_errors=True)  # the health check below, through the front, decides
     _, probe = health_probe(cluster)
 
@@ -224,7 +221,7 @@ def install_coordinator(run: Run):
     # a failure here is not the end: rollback.py puts the previous version back on every host
     run.health_check = server.shell(name=f"Wait for {ready_probe(cluster)[0]} (at most {s['llama_health_timeout']} s)",
                                     commands=[wait_for_health(cluster)], _if=not_healthy_now, _ignore_errors=True)
-    service("Watchdog: restart llama-server when it loses a worker", render.WATCHDOG_UNIT,
+    service("Watchdog: restart llama-server when it loses a worker", roles.WATCHDOG_UNIT,
             put_all(run, render.watchdog_files(cluster)))
     server.shell(name="The front sends requests to llama-server again", commands=[front_drain(cluster, "ready")],
                  _if=lambda: run.front_drain is not None and run.front_drain.did_change())
