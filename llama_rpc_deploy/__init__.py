@@ -5,7 +5,7 @@ userdata       - group_data/*.yml, read for pyinfra by group_data/*.py (file:lin
 settings       - every setting: its default (the only place), its check, who reads it; layers() is
                  the one place where precedence (--data, host, group, all) is written
 cluster        - the hosts as the deploy sees them: roles, devices in order, RPC endpoints, derived values
-cluster_checks - the checks that span settings or hosts, each a named function; build() runs them
+cluster_checks - the checks that span settings or hosts, each a named function; checked_cluster() runs them
 deployment     - the checked cluster with the llama.cpp source and the image tag, from pyinfra's inventory
 render         - launch scripts and units from templates/, programs of files/ with their env files
 programs       - the bash programs of files/ and their environment files

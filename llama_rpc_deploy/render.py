@@ -22,7 +22,7 @@ from .roles import (API_KEY_PATH, CACHE_PRUNE_TIMER, CACHE_PRUNE_UNIT, COORDINAT
                     FRONT_CONFIG, FRONT_DRAIN, FRONT_SOCKET, FRONT_UNIT, LLAMA_SERVER_SCRIPT, MODELS_PRESET, NO_DRAIN_FLAG,
                     RPC_SERVER_SCRIPT, STUNNEL, TUNNEL_CONFIG, TUNNEL_DIR, TUNNEL_UNIT, UNIT_DIR, WATCHDOG_UNIT,
                     WORKER_UNIT, WORKER_WATCHDOG_UNIT)
-from .cluster import SERVICE_USER, Cluster, HostPlan, allowed_clients
+from .cluster import SERVICE_USER, Cluster, ClusterHost, allowed_clients
 from .settings import COORDINATOR, WORKERS
 
 TEMPLATES = shipped("templates")
@@ -60,7 +60,7 @@ def _render(template: str, **values) -> str:
 line = quoting.shell_line  # one line of a command: each word quoted for the shell
 
 
-def container_options(name: str, me: HostPlan, volumes: list[tuple[str, str, bool]], role: str) -> list[str]:
+def container_options(name: str, me: ClusterHost, volumes: list[tuple[str, str, bool]], role: str) -> list[str]:
     """docker run options shared by both roles: host networking, the service user, no capabilities,
     read-only root; the host's GPUs (device_options) and the given volumes."""
     return [line("--name", name), line("--network", "host"), "--init",
@@ -71,7 +71,7 @@ def container_options(name: str, me: HostPlan, volumes: list[tuple[str, str, boo
             line("--label", f"io.llama-rpc-deploy.role={role}")]
 
 
-def device_options(me: HostPlan) -> list[str]:
+def device_options(me: ClusterHost) -> list[str]:
     """How a host's GPUs reach its container, by image_backend. cuda: NVIDIA's runtime (--gpus all). vulkan: the
     render nodes (/dev/dri) and, for the service user, the group that owns them (Mesa's drivers are in the image);
     a worker that sets vulkan itself without GPUs: the CPU's Vulkan device (lavapipe), which llama.cpp uses only when
@@ -168,7 +168,7 @@ def llama_server_args(cluster: Cluster, api_key: bool) -> list[str]:
     ]
 
 
-def rpc_server_args(worker: HostPlan) -> list[str]:
+def rpc_server_args(worker: ClusterHost) -> list[str]:
     s = worker.settings
     return [
         line("--host", worker.rpc_bind),
@@ -187,14 +187,14 @@ def _program(deploy_dir: str, name: str, env: str) -> dict[str, str]:
             f"{deploy_dir}/{name.removesuffix('.sh')}.env": env}
 
 
-def served_device(worker: HostPlan) -> str:
+def served_device(worker: ClusterHost) -> str:
     """What rpc-server serves, in words, for the launch script's first line (as device_options passes it)."""
     if worker.software_vulkan:
         return "CPU's Vulkan device (lavapipe)"
     return {"cuda": "GPUs (CUDA)", "vulkan": "GPUs (Vulkan)"}.get(worker.backend, "CPU") if worker.gpus else "CPU"
 
 
-def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, str]:
+def worker_files(cluster: Cluster, worker: ClusterHost, image: str) -> dict[str, str]:
     """Path on the worker -> content, for one worker."""
     s = worker.settings
     firewall = s["rpc_firewall"]
@@ -217,7 +217,7 @@ def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, st
     }
 
 
-def firewall_files(cluster: Cluster, worker: HostPlan) -> dict[str, str]:
+def firewall_files(cluster: Cluster, worker: ClusterHost) -> dict[str, str]:
     """Path on the worker -> content: the rule that admits its RPC ports (the tunnel's and rpc_port) only from
     the coordinator, and its unit."""
     s = worker.settings
@@ -234,7 +234,7 @@ def firewall_files(cluster: Cluster, worker: HostPlan) -> dict[str, str]:
     }
 
 
-def tunnel_files(cluster: Cluster, me: HostPlan) -> dict[str, str]:
+def tunnel_files(cluster: Cluster, me: ClusterHost) -> dict[str, str]:
     """Path on the host -> content: stunnel's configuration and unit. On a tunnelled worker, the TLS end on
     rpc_tunnel_port that admits the coordinator's certificate alone and leads to rpc-server on loopback; on the
     coordinator, one end per tunnelled worker on 127.0.0.1 (llama-server's --rpc). {} where nothing is tunnelled."""
@@ -319,7 +319,7 @@ def front_files(cluster: Cluster) -> dict[str, str]:
     }
 
 
-def worker_watchdog_files(worker: HostPlan) -> dict[str, str]:
+def worker_watchdog_files(worker: ClusterHost) -> dict[str, str]:
     """Path on the worker -> content: the watchdog that restarts rpc-server when it holds a dead client."""
     s = worker.settings
     return {
@@ -331,12 +331,12 @@ def worker_watchdog_files(worker: HostPlan) -> dict[str, str]:
     }
 
 
-def cache_dir(worker: HostPlan) -> str:
+def cache_dir(worker: ClusterHost) -> str:
     """Where rpc-server's cache files are on the worker: rpc-server --cache writes to $LLAMA_CACHE/rpc."""
     return f"{worker.settings['rpc_cache_dir']}/rpc"
 
 
-def cache_prune_files(worker: HostPlan) -> dict[str, str]:
+def cache_prune_files(worker: ClusterHost) -> dict[str, str]:
     """Path on the worker -> content: the tensor cache kept under rpc_cache_max_gib by a timer."""
     s = worker.settings
     limit = f"{s['rpc_cache_max_gib']:g} GiB"

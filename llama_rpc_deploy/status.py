@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import client, load_report, render, roles
-from .cluster import Cluster, HostPlan
-from .deployment import ssh_runner
+from .cluster import Cluster, ClusterHost
+from .loading import offline_cluster
+from .remote import ssh_runner
 from .quoting import shell
 from .settings import COORDINATOR, WORKERS
 
@@ -56,13 +57,13 @@ class HostStatus:
         return all(s.state == "active" for s in self.services) and self.api in ("", "ok")
 
 
-def cache_bytes_command(worker: HostPlan) -> str:
+def cache_bytes_command(worker: ClusterHost) -> str:
     """A command that prints the bytes in a worker's tensor cache (%.0f: mawk prints big sums as 2.1e+09)."""
     return (f"find {shell(render.cache_dir(worker))} -maxdepth 1 -type f -printf '%s\\n' 2>/dev/null | "
             "awk '{ s += $1 } END { printf \"%.0f\\n\", s }'")
 
 
-def host_script(cluster: Cluster, host: HostPlan) -> str:
+def host_script(cluster: Cluster, host: ClusterHost) -> str:
     """One bash script for a host: sections that start with '== NAME', read by parse()."""
     mine = roles.of(cluster, host)
     unit, watchdog, container = mine.server, mine.watchdog, mine.container
@@ -221,3 +222,10 @@ def table(hosts: list[HostStatus]) -> str:
 
 def to_json(hosts: list[HostStatus]) -> str:
     return json.dumps([dict(asdict(h), ok=h.ok) for h in hosts], indent=2)
+
+
+def command(args) -> int:
+    """`llama-rpc status`: 1 when something is wrong."""
+    hosts = collect(offline_cluster(args.inventory), args.inventory)
+    print(to_json(hosts) if args.json else table(hosts))
+    return 0 if all(h.ok for h in hosts) else 1

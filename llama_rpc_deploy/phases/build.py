@@ -13,11 +13,10 @@ from pyinfra.operations import files, python, server
 
 from .. import facts, image, roles, source, transfer
 from ..cluster import SERVICE_USER
-from ..deployment import TRANSFER_KEY_COMMENT
+from ..remote import TRANSFER_KEY_COMMENT
 from ..quoting import shell
 from ..run import Run
-from .checks import ssh_port
-from .services import put
+from .shared import put
 
 
 @deploy("The unprivileged user the containers run as")
@@ -116,7 +115,7 @@ def distribute_image(run: Run):
     known = []
     for worker in dep.cluster.workers:
         key = inventory.get_host(worker.name).get_fact(facts.SshHostKey)
-        port = ssh_port(worker)
+        port = worker.transfer_port
         known.append(f"{worker.address if port == 22 else f'[{worker.address}]:{port}'} {key}")
     put(run, roles.KNOWN_HOSTS, "\n".join(known) + "\n", mode="600")
 
@@ -140,6 +139,6 @@ def distribute_image(run: Run):
             files.put(name=f"The image layers {worker.name} has", src=StringIO(transfer.layers_text(have)),
                       dest=layers_file, mode="600")
         server.shell(name=f"Send {tag} to {worker.name} (the layers it lacks)",
-                     commands=[transfer.send_command(tag, worker.address, ssh_port(worker), layers_file,
+                     commands=[transfer.send_command(tag, worker.address, worker.transfer_port, layers_file,
                                                      skip_layers)],
                      _shell_executable="bash")

@@ -11,7 +11,7 @@ from .. import render, roles
 from ..quoting import shell
 from ..run import Run
 from ..settings import COORDINATOR, WORKERS
-from .services import ready_probe, wait_for_health
+from .shared import ready_probe, wait_for_health
 
 
 @deploy("Roll back when the new version failed its health check")
