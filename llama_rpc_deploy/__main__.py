@@ -1,4 +1,6 @@
-"""llama-rpc COMMAND, or python -m llama_rpc_deploy COMMAND   (each command runs the module of the same name)
+"""llama-rpc COMMAND, or python -m llama_rpc_deploy COMMAND   (this module only dispatches: each command is
+the `command(args)` of its module: plan.py, status.py, bench.py, tune/, settings.py; `complete` is client.py's;
+`lab` and `testmodel` are lab/'s, in the checkout)
 
   lab up [--workers N]     the local lab (containers that behave like hosts); writes .lab/inventory.py
   lab down                 remove everything the lab made
