@@ -18,12 +18,13 @@ from pyinfra.facts import files as file_facts
 from pyinfra.facts import server as server_facts
 from pyinfra.facts import systemd as systemd_facts
 
-from llama_rpc_deploy import facts, render, roles
+from llama_rpc_deploy import facts, roles
 from llama_rpc_deploy.paths import PROJECT
 
 IMAGE_ID = "sha256:" + "1" * 64
-UNITS = (roles.WORKER_UNIT, roles.COORDINATOR_UNIT, roles.FIREWALL_UNIT, roles.WATCHDOG_UNIT,
-         roles.WORKER_WATCHDOG_UNIT, roles.CACHE_PRUNE_TIMER, roles.FRONT_UNIT)
+# running and enabled on every host (the tunnel's unit is not: its operations start it)
+UNITS = (roles.WORKER_UNIT, roles.COORDINATOR_UNIT, roles.FIREWALL_UNIT, roles.WATCHDOG_UNIT, roles.WORKER_WATCHDOG_UNIT,
+         roles.CACHE_PRUNE_TIMER, roles.FRONT_UNIT)
 
 
 class Unchanged(str):
