@@ -5,8 +5,9 @@
 The lines at the end are the whole deploy, in order: each step runs on the hosts of the roles it names
 (the inventory's groups coordinator and workers); a barrier makes every host finish what comes before
 it before any host goes on. The steps live in llama_rpc_deploy/phases/:
-  checks    every setting (config.py, before connecting), then what each host has and whether the
-            model fits (before anything changes)
+  checks    every setting (config.py, before connecting), then what each host has; then the Cluster is
+            settled from the coordinator's model files (settle: the planner's split, the folder's models,
+            a model that does not fit refused), before anything changes; no step below changes it
   build     the unprivileged user the containers run as; the image built once on the coordinator
             and streamed to every worker that lacks it (docker save | zstd | ssh | docker load)
   services  the front (HAProxy, reloaded on new files), drained when a server will restart; workers:
@@ -15,17 +16,17 @@ it before any host goes on. The steps live in llama_rpc_deploy/phases/:
   rollback  when that health check failed, every host goes back to its previous version
 """
 from pyinfra import host, inventory, state
-from pyinfra.api.exceptions import DeployError
 
-from llama_rpc_deploy.phases import barrier, build, checks, rollback, services
+from llama_rpc_deploy.phases import build, checks, rollback, services
+from llama_rpc_deploy.phases.shared import barrier
 from llama_rpc_deploy.run import Run
 from llama_rpc_deploy import settings
-from llama_rpc_deploy.settings import ROLES, SettingsError
+from llama_rpc_deploy.settings import ROLES, SettingsError, refuse
 
 try:
-    run = Run.of(state, inventory)
+    run = Run.of(state, inventory)  # every setting checked (as config.py did before connecting)
 except (SettingsError, FileNotFoundError) as error:
-    raise DeployError(str(error)) from None
+    refuse(str(error))
 role = run.deployment.cluster.role(host.name)  # None for a host in neither group: nothing to do
 EVERY, COORDINATOR, WORKERS = set(ROLES), {settings.COORDINATOR}, {settings.WORKERS}
 
@@ -39,7 +40,7 @@ def on(roles, step):
 
 if role is not None:
     on(EVERY, checks.host_is_ready)
-    on(COORDINATOR, checks.model_fits)
+    checks.settle(run)  # the Cluster every step below reads: the coordinator's model files planned, once per run
     on(EVERY, build.service_user)
     on(WORKERS, build.prepare_worker)
     on(COORDINATOR, build.build_image)

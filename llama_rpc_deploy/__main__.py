@@ -1,4 +1,6 @@
-"""llama-rpc COMMAND, or python -m llama_rpc_deploy COMMAND   (each command runs the module of the same name)
+"""llama-rpc COMMAND, or python -m llama_rpc_deploy COMMAND   (this module only dispatches: each command is
+the `command(args)` of its module: plan.py, status.py, bench.py, tune/, settings.py; `complete` is client.py's;
+`lab` and `testmodel` are lab/'s, in the checkout)
 
   lab up [--workers N]     the local lab (containers that behave like hosts); writes .lab/inventory.py
   lab down                 remove everything the lab made
@@ -25,17 +27,11 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from . import client, gguf_header, plan, settings
-from .cluster_checks import no_example_addresses
-from .deployment import data_overrides, gpus_inventory, group_data_folders, offline_cluster
-from .settings import PLACEHOLDER, SettingsError
-
-
-def complete(inventory: Path, prompt: str, n_predict: int, timeout: float = 300, model: str | None = None) -> dict:
-    return client.complete(offline_cluster(inventory), prompt, n_predict, timeout=timeout, model=model)
+from . import client, plan, settings
+from .loading import group_data_folders
+from .settings import SettingsError
 
 
 def find_checkout(start: Path | None = None) -> Path | None:
@@ -130,101 +126,20 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 lab.pin(unpin=args.action == "unpin")
         elif args.command == "complete":
-            result = complete(args.inventory, args.prompt, args.n_predict, model=args.model)
-            t = result.get("timings", {})
-            print(f"prompt: {args.prompt!r}")
-            print(f"completion: {result.get('content', '')!r}")
-            print(f"{t.get('predicted_n', 0)} tokens at {t.get('predicted_per_second', 0):.1f} tokens/s "
-                  f"(prompt {t.get('prompt_n', 0)} tokens at {t.get('prompt_per_second', 0):.1f} tokens/s)")
+            return client.complete_command(args)
         elif args.command == "bench":
-            from . import bench
-            if args.png and not bench.can_plot():  # said now, not after the measurements
-                print(f"error: {bench.PLOT_HINT}", file=sys.stderr)
-                return 2
-            streams = [int(n) for n in args.streams.split(",")]
-            result = bench.run(args.inventory, offline_cluster(args.inventory), streams, args.model, args.json,
-                               args.png, args.sleep_wait)
-            print(bench.table(result))
+            from . import bench  # (each command's module is imported when it runs)
+            return bench.command(args)
         elif args.command == "plan":
-            with tempfile.TemporaryDirectory() as tmp:
-                inventory = gpus_inventory(args.gpus, Path(tmp)) if args.gpus else args.inventory
-                # offline arithmetic: an unedited checkout plans (the deploy still refuses what it must)
-                cluster = offline_cluster(inventory, overrides=data_overrides(args.data), deploying=False)
-            try:
-                no_example_addresses(cluster, str(args.inventory))
-            except SettingsError as error:
-                if not args.gpus:
-                    print(f"note: {error} (the deploy refuses them; a plan does not need them)", file=sys.stderr)
-            if cluster.settings["llama_models_folder"]:  # the folder's models, as this machine's copy has them
-                folder = Path(cluster.settings["llama_model_path"]).parent
-                if not folder.is_dir():
-                    print(f"error: llama_models_folder: {folder}: not on this machine: plan needs a copy of the "
-                          "folder (only the files' headers are read)", file=sys.stderr)
-                    return 2
-                cluster = cluster.with_folder([str(p) for p in folder.glob("*.gguf")])
-            failed = False
-            for name in cluster.model_names():  # with llama_models, every model is planned with its own settings
-                view = cluster.for_model(name)
-                default = name == cluster.default_model
-                model = (default and args.model) or Path(view.settings["llama_model_path"])
-                if PLACEHOLDER in str(model):
-                    print(f"error: {view.coordinator.origins['llama_model_path']}: llama_model_path = {str(model)!r}: "
-                          "plan needs the model: pass --model LOCAL.gguf (only its header is read)", file=sys.stderr)
-                    return 2
-                mmproj = (default and args.mmproj) or (view.settings["llama_mmproj_path"]
-                                                       and Path(view.settings["llama_mmproj_path"]))
-                read = {}
-                for what, path, reader in (("--model", model, gguf_header.read_model),
-                                           ("--mmproj", mmproj, gguf_header.projector_bytes)):
-                    if not path:
-                        continue
-                    if not path.is_file():
-                        print(f"error: {what} {path}: not on this machine: pass a copy of the GGUF file "
-                              "(only its header is read)", file=sys.stderr)
-                        return 2
-                    try:
-                        read[what] = reader(path)
-                    except Exception as error:  # not a GGUF file, cut short, a shard missing
-                        print(f"error: {what} {path}: not a readable GGUF file: {error}", file=sys.stderr)
-                        return 2
-                capacity = plan.plan_cluster(view, read["--model"], mmproj_bytes=read.get("--mmproj", 0))
-                if cluster.router:
-                    print(f"model {name!r}{' (loaded at start)' if default else ''}:")
-                print(capacity.table())
-                failed = failed or bool(capacity.problems)
-            return 2 if failed else 0
+            return plan.command(args)
         elif args.command == "status":
             from . import status
-
-            hosts = status.collect(offline_cluster(args.inventory), args.inventory)
-            print(status.to_json(hosts) if args.json else status.table(hosts))
-            return 0 if all(h.ok for h in hosts) else 1
+            return status.command(args)
         elif args.command == "tune":
-            from . import bench, tune
-            if args.png and not bench.can_plot():
-                print(f"error: {bench.PLOT_HINT}", file=sys.stderr)
-                return 2
-            try:
-                report = tune.run(args.inventory, objective=args.objective, budget=args.budget, repeats=args.repeats,
-                                  sweep=args.sweep, model=args.model, overrides=data_overrides(args.data))
-            except KeyboardInterrupt:
-                print("tune: stopped; the deployed split is back in place", file=sys.stderr)
-                return 130
-            print(report.table())
-            if args.json:
-                args.json.write_text(report.to_json() + "\n")
-            if args.png:
-                report.plot(args.png)
-            if args.apply:
-                written = tune.apply(args.inventory, report)
-                print(f"written to {written}: deploy again to use it (only llama-server restarts)" if written else
-                      "nothing written: no split beyond the noise")
+            from . import tune
+            return tune.command(args)
         elif args.command == "settings":
-            if args.write_readme:
-                readme = Path(__file__).resolve().parent.parent / "README.md"
-                readme.write_text(settings.with_table(readme.read_text()))
-            else:
-                print(settings.settings_table())
+            return settings.command(args)
         elif args.command == "testmodel":
             testmodel = checkout_module("lab.testmodel", "testmodel OUT.gguf")
             if testmodel is None:

@@ -11,6 +11,7 @@ measures the time to the first token of the request that wakes it.
 from __future__ import annotations
 
 import json
+import sys
 import statistics
 import time
 import urllib.request
@@ -19,8 +20,9 @@ from pathlib import Path
 from . import client
 from .gguf_header import read_model, read_remote_model
 from .cluster import Cluster
-from .deployment import ssh_runner
+from .remote import ssh_runner
 from .facts import GgufHeader
+from .loading import offline_cluster
 from .loadtest import run_load
 from .plan import plan_cluster
 from .status import cache_bytes_command
@@ -183,3 +185,15 @@ def run(inventory: Path, cluster: Cluster, streams, model: Path | None, json_out
     if png_out:
         plot(result, png_out)
     return result
+
+
+def command(args) -> int:
+    """`llama-rpc bench`: the table (and --json, --png)."""
+    if args.png and not can_plot():  # said now, not after the measurements
+        print(f"error: {PLOT_HINT}", file=sys.stderr)
+        return 2
+    streams = [int(n) for n in args.streams.split(",")]
+    result = run(args.inventory, offline_cluster(args.inventory), streams, args.model, args.json, args.png,
+                 args.sleep_wait)
+    print(table(result))
+    return 0

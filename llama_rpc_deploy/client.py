@@ -54,3 +54,16 @@ def complete(cluster: Cluster, prompt: str, n_predict: int, timeout: float = 300
              server: str | None = None, **options) -> dict:
     return post(cluster, "/completion", {**model_field(cluster, model), "prompt": prompt, "n_predict": n_predict,
                                          "cache_prompt": False, **options}, timeout=timeout, server=server)
+
+
+def complete_command(args) -> int:
+    """`llama-rpc complete`: one completion from the deployed cluster, and its tokens/s."""
+    from .loading import offline_cluster
+
+    result = complete(offline_cluster(args.inventory), args.prompt, args.n_predict, model=args.model)
+    t = result.get("timings", {})
+    print(f"prompt: {args.prompt!r}")
+    print(f"completion: {result.get('content', '')!r}")
+    print(f"{t.get('predicted_n', 0)} tokens at {t.get('predicted_per_second', 0):.1f} tokens/s "
+          f"(prompt {t.get('prompt_n', 0)} tokens at {t.get('prompt_per_second', 0):.1f} tokens/s)")
+    return 0

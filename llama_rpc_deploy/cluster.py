@@ -3,7 +3,7 @@
 Who is the coordinator and who are the workers, each host's checked settings and GPUs, the RPC
 endpoints, and the order of the devices: every worker's devices first, the coordinator's own GPUs
 last, so the output layer and the logits stay local; and the values derived from the settings
-(the CUDA architectures, who may reach a worker's RPC port, the API key). cluster_checks.build()
+(the CUDA architectures, who may reach a worker's RPC port, the API key). cluster_checks.checked_cluster()
 makes one and runs the cross-setting checks on it.
 """
 from __future__ import annotations
@@ -14,14 +14,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from .gpus import Gpu, lookup
-from .settings import COORDINATOR, WORKERS, MODEL_FILE, Layer, SettingsError, resolve
+from .settings import COORDINATOR, WORKERS, MODEL_FILE, Scope, SettingsError, resolve
 
 SERVICE_USER = "llama-rpc"  # the containers run as this system user, made by the deploy on every host
 LOCAL_DEVICE = {"cuda": "CUDA", "vulkan": "Vulkan"}  # what llama.cpp calls a host's own GPUs, by image_backend
 
 
 @dataclass(frozen=True)
-class HostPlan:
+class ClusterHost:
     name: str  # the inventory name: how the control machine reaches the host
     settings: dict
     gpus: tuple[Gpu, ...]
@@ -30,13 +30,19 @@ class HostPlan:
     tunnel_end: int | None = None  # a tunnelled worker: its tunnel's port on the coordinator's loopback
     # a worker that sets image_backend 'vulkan' itself and lists no gpus: its device is the CPU's Vulkan device
     # (Mesa's lavapipe), which llama.cpp uses only when it is named (GGML_VK_VISIBLE_DEVICES); no /dev/dri goes
-    # to its container. Set by cluster_checks.build(); a worker that takes vulkan from the coordinator serves its CPU.
+    # to its container. Set by cluster_checks.checked_cluster(); a worker that takes vulkan from the coordinator serves its CPU.
     software_vulkan: bool = False
 
     @property
     def address(self) -> str:
         """How the other hosts reach this one."""
         return self.settings["address"] or self.name
+
+    @property
+    def transfer_port(self) -> int:
+        """The port the coordinator reaches this worker's sshd at to send the image: transfer_ssh_port, or the
+        inventory's ssh_port."""
+        return self.settings["transfer_ssh_port"] or self.ssh_port
 
     @property
     def tunnelled(self) -> bool:
@@ -79,15 +85,15 @@ class HostPlan:
 
     @property
     def backend(self) -> str:
-        """image_backend: the llama.cpp build this host runs (cluster_checks.build() fills in a worker's None
+        """image_backend: the llama.cpp build this host runs (cluster_checks.checked_cluster() fills in a worker's None
         with the coordinator's)."""
         return self.settings["image_backend"] or "cuda"
 
 
 @dataclass(frozen=True)
 class Cluster:
-    coordinator: HostPlan
-    workers: tuple[HostPlan, ...]
+    coordinator: ClusterHost
+    workers: tuple[ClusterHost, ...]
 
     @property
     def settings(self) -> dict:
@@ -95,7 +101,7 @@ class Cluster:
         return self.coordinator.settings
 
     @property
-    def hosts(self) -> tuple[HostPlan, ...]:
+    def hosts(self) -> tuple[ClusterHost, ...]:
         return (self.coordinator, *self.workers)
 
     @property
@@ -103,11 +109,11 @@ class Cluster:
         return [w.rpc_endpoint for w in self.workers]
 
     @property
-    def tunnelled(self) -> list[HostPlan]:
+    def tunnelled(self) -> list[ClusterHost]:
         """The workers reached through a tunnel (rpc_transport = 'tunnel')."""
         return [w for w in self.workers if w.tunnelled]
 
-    def tunnels_at(self, host: HostPlan) -> list[HostPlan]:
+    def tunnels_at(self, host: ClusterHost) -> list[ClusterHost]:
         """The workers whose tunnel has an end on host: every tunnelled one on the coordinator, itself on a
         tunnelled worker, none on a plain one. host runs the tunnel's service when this is not empty."""
         if host.name == self.coordinator.name:
@@ -127,7 +133,7 @@ class Cluster:
         """The image backends the hosts run, each once: the coordinator's first, then in worker order."""
         return list(dict.fromkeys(h.backend for h in self.hosts))
 
-    def host(self, name: str) -> HostPlan:
+    def host(self, name: str) -> ClusterHost:
         return next(h for h in self.hosts if h.name == name)
 
     def role(self, name: str) -> str | None:
@@ -228,16 +234,16 @@ def folder_models(files: list[str]) -> list[str]:
     return sorted(p for p in files if own(p))
 
 
-def host_plan(name: str, layers: list[Layer]) -> HostPlan:
-    values, origins = resolve(layers)
+def cluster_host(name: str, scopes: list[Scope]) -> ClusterHost:
+    values, origins = resolve(scopes)
     gpus = []
     for entry in values["gpus"]:
         try:
             gpus.append(lookup(entry))
         except ValueError as err:
             raise SettingsError(f"{origins['gpus']}: gpus = {values['gpus']!r}: {err}") from None
-    ssh_port = next((layer.data["ssh_port"] for layer in layers if "ssh_port" in layer.data), 22)
-    return HostPlan(name=name, settings=values, gpus=tuple(gpus), origins=origins, ssh_port=ssh_port)
+    ssh_port = next((scope.data["ssh_port"] for scope in scopes if "ssh_port" in scope.data), 22)
+    return ClusterHost(name=name, settings=values, gpus=tuple(gpus), origins=origins, ssh_port=ssh_port)
 
 
 # --- values derived from the settings ---
@@ -250,7 +256,7 @@ def cuda_architectures(cluster: Cluster) -> str:
     return ";".join(sorted(archs, key=lambda a: int(re.sub(r"\D", "", a))))
 
 
-def allowed_clients(cluster: Cluster, worker: HostPlan) -> list[str]:
+def allowed_clients(cluster: Cluster, worker: ClusterHost) -> list[str]:
     """Who may open a worker's RPC port: rpc_allow_from, or the coordinator's address."""
     return list(worker.settings["rpc_allow_from"] or [cluster.coordinator.address])
 
@@ -263,7 +269,7 @@ def is_wide(network) -> bool:
     return network.prefixlen < narrow or not (network.is_private or network.is_link_local)
 
 
-def wide_clients(cluster: Cluster, worker: HostPlan) -> list[str]:
+def wide_clients(cluster: Cluster, worker: ClusterHost) -> list[str]:
     return [c for c in allowed_clients(cluster, worker) if is_wide(ipaddress.ip_network(c, strict=False))]
 
 

@@ -1,4 +1,4 @@
-"""The checks that span settings or hosts, each a named function, and build(): the checked Cluster.
+"""The checks that span settings or hosts, each a named function, and checked_cluster(): the checked Cluster.
 
 A single value is checked by its schema entry (settings.py); what needs two settings, two hosts or
 a file on the control machine is checked here. Each check raises SettingsError with the file, the
@@ -10,7 +10,7 @@ import ipaddress
 import re
 from dataclasses import replace
 
-from .cluster import Cluster, HostPlan, allowed_clients, api_key, cuda_architectures, is_wide
+from .cluster import Cluster, ClusterHost, allowed_clients, api_key, cuda_architectures, is_wide
 from . import paths, tunnel
 from .settings import PLACEHOLDER, PORT, QUANTIZED_CACHE_TYPES, SettingsError, is_host_name
 
@@ -35,7 +35,7 @@ def check_inventory_shape(coordinators: list[str], workers: list[str], inventory
 MIN_CTX_PER_SLOT = 512  # tokens: a chat's system prompt alone takes a few hundred
 
 
-def _where(host: HostPlan, key: str, inventory_file: str) -> str:
+def _where(host: ClusterHost, key: str, inventory_file: str) -> str:
     """Where a host's value of key came from; unset, its host line in the inventory (address, rpc_host:
     the inventory name stands in for them)."""
     return host.origins[key] if host.settings[key] else f"{inventory_file} (host {host.name})"
@@ -319,7 +319,7 @@ CHECKS = (hosts_are_addresses, rpc_servers_bind_ipv4, workers_apart_from_the_coo
 DEPLOY_ONLY = (model_path_is_set, no_example_addresses)
 
 
-def _backend_from(host: HostPlan, backend: str, origin: str) -> HostPlan:
+def _backend_from(host: ClusterHost, backend: str, origin: str) -> ClusterHost:
     """host with image_backend set: its own, or else backend (the coordinator's, which was set at origin)."""
     if host.settings["image_backend"]:
         return host
@@ -327,7 +327,7 @@ def _backend_from(host: HostPlan, backend: str, origin: str) -> HostPlan:
                    origins={**host.origins, "image_backend": origin})
 
 
-def build(coordinators: list[HostPlan], workers: list[HostPlan], inventory_file: str = "inventory.py",
+def checked_cluster(coordinators: list[ClusterHost], workers: list[ClusterHost], inventory_file: str = "inventory.py",
           deploying: bool = True) -> Cluster:
     """The Cluster, after every check in CHECKS (each raises SettingsError); for a plan (deploying=False),
     less DEPLOY_ONLY's."""

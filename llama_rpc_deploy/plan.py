@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from . import gguf_header
+from .cluster_checks import no_example_addresses
 from .gguf_header import ModelInfo
-from .settings import QUANTIZED_CACHE_TYPES
+from .gpus import lookup
+from .loading import data_overrides, offline_cluster
+from .settings import PLACEHOLDER, QUANTIZED_CACHE_TYPES, SettingsError
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -408,3 +414,75 @@ def plan_cluster(cluster, model: ModelInfo, reported: dict[str, list[int]] | Non
                         problems=problems, warnings=warnings, n_layer=model.n_layer,
                         context=context if model.kv_modeled else None, largest=largest,
                         n_ctx_train=model.n_ctx_train)
+
+
+# --- `llama-rpc plan`: the planner on an inventory (or on --gpus), offline ---
+
+EXAMPLE_COORDINATOR, EXAMPLE_WORKERS = "192.0.2.10", "192.0.2.{}"  # RFC 5737, as in inventory.py
+
+
+def gpus_inventory(gpus: list[str], directory: Path) -> Path:
+    """An inventory of one host per GPU, the coordinator's first, at example addresses: `plan --gpus`,
+    with no inventory of one's own (the current folder's group_data still applies)."""
+    hosts = [(EXAMPLE_COORDINATOR, gpus[0])] + [(EXAMPLE_WORKERS.format(20 + i), g) for i, g in enumerate(gpus[1:])]
+
+    def data(gpu: str) -> dict:  # each host the backend its card needs (an unknown card: the settings' error)
+        try:
+            return {"gpus": [gpu], "image_backend": lookup(gpu).backend}
+        except ValueError:
+            return {"gpus": [gpu]}
+    path = Path(directory) / "gpus_inventory.py"
+    path.write_text(f"coordinator = [({hosts[0][0]!r}, {data(hosts[0][1])!r})]\n"
+                    f"workers = [{', '.join(f'({h!r}, {data(g)!r})' for h, g in hosts[1:])}]\n")
+    return path
+
+
+def command(args) -> int:
+    """`llama-rpc plan`: each model's table; 2 when something does not fit or a file is missing."""
+    with tempfile.TemporaryDirectory() as tmp:
+        inventory = gpus_inventory(args.gpus, Path(tmp)) if args.gpus else args.inventory
+        # offline arithmetic: an unedited checkout plans (the deploy still refuses what it must)
+        cluster = offline_cluster(inventory, overrides=data_overrides(args.data), deploying=False)
+    try:
+        no_example_addresses(cluster, str(args.inventory))
+    except SettingsError as error:
+        if not args.gpus:
+            print(f"note: {error} (the deploy refuses them; a plan does not need them)", file=sys.stderr)
+    if cluster.settings["llama_models_folder"]:  # the folder's models, as this machine's copy has them
+        folder = Path(cluster.settings["llama_model_path"]).parent
+        if not folder.is_dir():
+            print(f"error: llama_models_folder: {folder}: not on this machine: plan needs a copy of the "
+                  "folder (only the files' headers are read)", file=sys.stderr)
+            return 2
+        cluster = cluster.with_folder([str(p) for p in folder.glob("*.gguf")])
+    failed = False
+    for name in cluster.model_names():  # with llama_models, every model is planned with its own settings
+        view = cluster.for_model(name)
+        default = name == cluster.default_model
+        model = (default and args.model) or Path(view.settings["llama_model_path"])
+        if PLACEHOLDER in str(model):
+            print(f"error: {view.coordinator.origins['llama_model_path']}: llama_model_path = {str(model)!r}: "
+                  "plan needs the model: pass --model LOCAL.gguf (only its header is read)", file=sys.stderr)
+            return 2
+        mmproj = (default and args.mmproj) or (view.settings["llama_mmproj_path"]
+                                               and Path(view.settings["llama_mmproj_path"]))
+        read = {}
+        for what, path, reader in (("--model", model, gguf_header.read_model),
+                                   ("--mmproj", mmproj, gguf_header.projector_bytes)):
+            if not path:
+                continue
+            if not path.is_file():
+                print(f"error: {what} {path}: not on this machine: pass a copy of the GGUF file "
+                      "(only its header is read)", file=sys.stderr)
+                return 2
+            try:
+                read[what] = reader(path)
+            except Exception as error:  # not a GGUF file, cut short, a shard missing
+                print(f"error: {what} {path}: not a readable GGUF file: {error}", file=sys.stderr)
+                return 2
+        capacity = plan_cluster(view, read["--model"], mmproj_bytes=read.get("--mmproj", 0))
+        if cluster.router:
+            print(f"model {name!r}{' (loaded at start)' if default else ''}:")
+        print(capacity.table())
+        failed = failed or bool(capacity.problems)
+    return 2 if failed else 0

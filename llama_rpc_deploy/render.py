@@ -18,41 +18,28 @@ from pathlib import PurePosixPath
 import jinja2
 
 from . import programs, quoting, tunnel
-from .cluster import SERVICE_USER, Cluster, HostPlan, allowed_clients
+from .roles import (API_KEY_PATH, CACHE_PRUNE_TIMER, CACHE_PRUNE_UNIT, COORDINATOR_UNIT, FIREWALL_CHAIN, FIREWALL_UNIT,
+                    FRONT_CONFIG, FRONT_DRAIN, FRONT_SOCKET, FRONT_UNIT, LLAMA_SERVER_SCRIPT, MODELS_PRESET, NO_DRAIN_FLAG,
+                    RPC_SERVER_SCRIPT, STUNNEL, TUNNEL_CONFIG, TUNNEL_DIR, TUNNEL_UNIT, UNIT_DIR, WATCHDOG_UNIT,
+                    WORKER_UNIT, WORKER_WATCHDOG_UNIT)
+from .cluster import SERVICE_USER, Cluster, ClusterHost, allowed_clients
 from .settings import COORDINATOR, WORKERS
 
 TEMPLATES = shipped("templates")
-UNIT_DIR = "/etc/systemd/system"
-WORKER_UNIT = "rpc-server.service"
-COORDINATOR_UNIT = "llama-server.service"
-FRONT_UNIT = "llama-front.service"
-FRONT_SOCKET = "/run/llama-front/admin.sock"  # HAProxy's runtime API (RuntimeDirectory of FRONT_UNIT)
 FRONT_BACKEND = FRONT_SERVER = "llama-server"  # llama-server's backend and server line in front.cfg
-NO_DRAIN_FLAG = "/run/llama-rpc-no-drain"  # the watchdog's word to front-drain.sh: this stop, no drain
 FRONT_RETRIES = 3  # replays of one request (each held while llama-server is down): few, as a request that
 # crashes llama-server itself would crash it once a replay
 FRONT_IO_TIMEOUT = 600  # seconds of silence from either side of a request (llama-server's own --timeout)
-FIREWALL_UNIT = "llama-rpc-firewall.service"
-TUNNEL_UNIT = "llama-rpc-tunnel.service"  # stunnel: the worker's TLS end, or the coordinator's ends (one per worker)
-TUNNEL_CONFIG = "rpc-tunnel.conf"  # in deploy_dir
-STUNNEL = "/usr/bin/stunnel4"  # Debian's stunnel4 package
-TUNNEL_PACKAGES = ("stunnel4",)
 # stunnel's TIMEOUTidle: its default, 12 h, would cut an idle llama-server's connections (and the watchdog would
 # restart it); the most stunnel can wait, as it polls with an int of milliseconds, is 2147483 s (24.8 days)
 TUNNEL_IDLE_SECONDS = 2147483
-WATCHDOG_UNIT = "llama-server-watchdog.service"
-WORKER_WATCHDOG_UNIT = "rpc-server-watchdog.service"
-CACHE_PRUNE_UNIT, CACHE_PRUNE_TIMER = "rpc-cache-prune.service", "rpc-cache-prune.timer"
 CACHE_PRUNE_EVERY = 30  # seconds between two looks at a worker's tensor cache
 CACHE_MIN_AGE = 10  # seconds a cache file is left alone after its last change (rpc-server may be writing it)
 WORKER_WATCHDOG_PATIENCE = 20  # seconds a new connection may wait behind a dead one
 WATCHDOG_INTERVAL = 5  # seconds between looks at llama-server's connections to its workers
 WATCHDOG_RETRANSMISSIONS = 7  # retransmissions of unacknowledged data (about 25 s) that mean a worker is gone
-FIREWALL_CHAIN = "LLAMA-RPC"
-API_KEY_PATH = "/etc/llama-rpc/api_key"  # on the coordinator: owned by SERVICE_USER, mode 0400
 API_KEY_MOUNT = "/run/secrets/llama-api-key"
 MMPROJ_MOUNT = "/mmproj"
-MODELS_PRESET = "llama-server-models.ini"  # models on demand: next to the launch script on the coordinator
 MODELS_PRESET_MOUNT = "/etc/llama-rpc/models.ini"
 
 _env = jinja2.Environment(
@@ -73,7 +60,7 @@ def _render(template: str, **values) -> str:
 line = quoting.shell_line  # one line of a command: each word quoted for the shell
 
 
-def container_options(name: str, me: HostPlan, volumes: list[tuple[str, str, bool]], role: str) -> list[str]:
+def container_options(name: str, me: ClusterHost, volumes: list[tuple[str, str, bool]], role: str) -> list[str]:
     """docker run options shared by both roles: host networking, the service user, no capabilities,
     read-only root; the host's GPUs (device_options) and the given volumes."""
     return [line("--name", name), line("--network", "host"), "--init",
@@ -84,7 +71,7 @@ def container_options(name: str, me: HostPlan, volumes: list[tuple[str, str, boo
             line("--label", f"io.llama-rpc-deploy.role={role}")]
 
 
-def device_options(me: HostPlan) -> list[str]:
+def device_options(me: ClusterHost) -> list[str]:
     """How a host's GPUs reach its container, by image_backend. cuda: NVIDIA's runtime (--gpus all). vulkan: the
     render nodes (/dev/dri) and, for the service user, the group that owns them (Mesa's drivers are in the image);
     a worker that sets vulkan itself without GPUs: the CPU's Vulkan device (lavapipe), which llama.cpp uses only when
@@ -181,7 +168,7 @@ def llama_server_args(cluster: Cluster, api_key: bool) -> list[str]:
     ]
 
 
-def rpc_server_args(worker: HostPlan) -> list[str]:
+def rpc_server_args(worker: ClusterHost) -> list[str]:
     s = worker.settings
     return [
         line("--host", worker.rpc_bind),
@@ -200,14 +187,14 @@ def _program(deploy_dir: str, name: str, env: str) -> dict[str, str]:
             f"{deploy_dir}/{name.removesuffix('.sh')}.env": env}
 
 
-def served_device(worker: HostPlan) -> str:
+def served_device(worker: ClusterHost) -> str:
     """What rpc-server serves, in words, for the launch script's first line (as device_options passes it)."""
     if worker.software_vulkan:
         return "CPU's Vulkan device (lavapipe)"
     return {"cuda": "GPUs (CUDA)", "vulkan": "GPUs (Vulkan)"}.get(worker.backend, "CPU") if worker.gpus else "CPU"
 
 
-def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, str]:
+def worker_files(cluster: Cluster, worker: ClusterHost, image: str) -> dict[str, str]:
     """Path on the worker -> content, for one worker."""
     s = worker.settings
     firewall = s["rpc_firewall"]
@@ -217,7 +204,7 @@ def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, st
         guard = (f"rpc-firewall.sh admits only {', '.join(allowed_clients(cluster, worker))}" if firewall
                  else "rpc_firewall is off: firewall the port yourself")
     return {
-        f"{s['deploy_dir']}/rpc-server.sh": _render(
+        f"{s['deploy_dir']}/{RPC_SERVER_SCRIPT}": _render(
             "rpc-server.sh.j2", host_name=worker.name, device=served_device(worker),
             bind_host=worker.rpc_bind, guard=guard, image=quoting.shell(image),
             docker_options=container_options("rpc-server", worker,
@@ -230,7 +217,7 @@ def worker_files(cluster: Cluster, worker: HostPlan, image: str) -> dict[str, st
     }
 
 
-def firewall_files(cluster: Cluster, worker: HostPlan) -> dict[str, str]:
+def firewall_files(cluster: Cluster, worker: ClusterHost) -> dict[str, str]:
     """Path on the worker -> content: the rule that admits its RPC ports (the tunnel's and rpc_port) only from
     the coordinator, and its unit."""
     s = worker.settings
@@ -247,7 +234,7 @@ def firewall_files(cluster: Cluster, worker: HostPlan) -> dict[str, str]:
     }
 
 
-def tunnel_files(cluster: Cluster, me: HostPlan) -> dict[str, str]:
+def tunnel_files(cluster: Cluster, me: ClusterHost) -> dict[str, str]:
     """Path on the host -> content: stunnel's configuration and unit. On a tunnelled worker, the TLS end on
     rpc_tunnel_port that admits the coordinator's certificate alone and leads to rpc-server on loopback; on the
     coordinator, one end per tunnelled worker on 127.0.0.1 (llama-server's --rpc). {} where nothing is tunnelled."""
@@ -266,7 +253,7 @@ def tunnel_files(cluster: Cluster, me: HostPlan) -> dict[str, str]:
         before = ""
     config = f"{s['deploy_dir']}/{TUNNEL_CONFIG}"
     return {
-        config: _render("rpc-tunnel.conf.j2", host_name=me.name, what=what, tunnel_dir=tunnel.TUNNEL_DIR,
+        config: _render("rpc-tunnel.conf.j2", host_name=me.name, what=what, tunnel_dir=TUNNEL_DIR,
                         idle_seconds=TUNNEL_IDLE_SECONDS, services=services),
         f"{UNIT_DIR}/{TUNNEL_UNIT}": _render("llama-rpc-tunnel.service.j2", what=what, before=before,
                                              user=SERVICE_USER, stunnel=STUNNEL, config=config),
@@ -287,7 +274,7 @@ def coordinator_files(cluster: Cluster, image: str) -> dict[str, str]:
         volumes.append((API_KEY_PATH, API_KEY_MOUNT, True))
     return {
         **preset,
-        f"{s['deploy_dir']}/llama-server.sh": _render(
+        f"{s['deploy_dir']}/{LLAMA_SERVER_SCRIPT}": _render(
             "llama-server.sh.j2", host_name=c.name, devices=", ".join(cluster.devices),
             device_count=len(cluster.devices), image=quoting.shell(image),
             docker_options=container_options("llama-server", c, volumes, COORDINATOR),
@@ -315,7 +302,7 @@ def front_files(cluster: Cluster) -> dict[str, str]:
     front-drain.sh, which llama-server.service runs around a planned restart."""
     s = cluster.settings
     deploy_dir = s["deploy_dir"]
-    config, lua = f"{deploy_dir}/front.cfg", f"{deploy_dir}/{programs.FRONT_LUA}"
+    config, lua = f"{deploy_dir}/{FRONT_CONFIG}", f"{deploy_dir}/{programs.FRONT_LUA}"
     maxrewrite = 1024  # HAProxy's default reserve for the headers it adds
     return {
         config: _render("front.cfg.j2", host_name=cluster.coordinator.name, listen=front_address(cluster),
@@ -325,14 +312,14 @@ def front_files(cluster: Cluster) -> dict[str, str]:
                         retry_after=min(30, s["llama_front_hold_seconds"]), retries=FRONT_RETRIES,
                         io_timeout=FRONT_IO_TIMEOUT),
         lua: programs.text(programs.FRONT_LUA),
-        **_program(deploy_dir, "front-drain.sh",
+        **_program(deploy_dir, FRONT_DRAIN,
                    programs.front_drain_env(socket=FRONT_SOCKET, backend=FRONT_BACKEND, server=FRONT_SERVER,
                                             drain_seconds=s["llama_front_drain_seconds"], no_drain_flag=NO_DRAIN_FLAG)),
         f"{UNIT_DIR}/{FRONT_UNIT}": _render("llama-front.service.j2", config=config),
     }
 
 
-def worker_watchdog_files(worker: HostPlan) -> dict[str, str]:
+def worker_watchdog_files(worker: ClusterHost) -> dict[str, str]:
     """Path on the worker -> content: the watchdog that restarts rpc-server when it holds a dead client."""
     s = worker.settings
     return {
@@ -344,12 +331,12 @@ def worker_watchdog_files(worker: HostPlan) -> dict[str, str]:
     }
 
 
-def cache_dir(worker: HostPlan) -> str:
+def cache_dir(worker: ClusterHost) -> str:
     """Where rpc-server's cache files are on the worker: rpc-server --cache writes to $LLAMA_CACHE/rpc."""
     return f"{worker.settings['rpc_cache_dir']}/rpc"
 
 
-def cache_prune_files(worker: HostPlan) -> dict[str, str]:
+def cache_prune_files(worker: ClusterHost) -> dict[str, str]:
     """Path on the worker -> content: the tensor cache kept under rpc_cache_max_gib by a timer."""
     s = worker.settings
     limit = f"{s['rpc_cache_max_gib']:g} GiB"

@@ -8,14 +8,16 @@ per pyinfra State (`Run.of`), with named fields; nothing is kept in module globa
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from .deployment import Deployment, from_pyinfra, inventory_file
+from .deployment import Deployment, from_pyinfra
+from .loading import inventory_file
 
 
 @dataclass
 class Run:
-    deployment: Deployment  # the checked cluster, the llama.cpp source, the image tag
+    deployment: Deployment  # the checked cluster, the llama.cpp source, the image tag; settled once (settle)
+    settled: bool = False  # phases/checks.settle has resolved the Cluster from the coordinator's files
     run_id: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     # host name -> the paths this run replaces there (each old file kept as path.previous)
     replaced: dict[str, list[str]] = field(default_factory=dict)
@@ -36,14 +38,12 @@ class Run:
             state.llama_rpc_run = run
         return run
 
-    def use_split(self, split: list, model: str | None = None) -> None:
-        """llama_tensor_split = 'auto' resolved by the planner, for every later phase (for one model of
-        llama_models when model names it)."""
-        self.deployment = self.deployment.with_split(split, model)
-
-    def use_folder(self, files: list[str]) -> None:
-        """llama_models_folder: the models found in llama_model_path's folder, for every later phase."""
-        self.deployment = replace(self.deployment, cluster=self.deployment.cluster.with_folder(files))
+    def settle(self, deployment: Deployment) -> None:
+        """The deployment every later phase reads, with the Cluster settled from the coordinator's files
+        (phases/checks.settle: llama_models_folder's models, the planner's split); once per run."""
+        if self.settled:
+            raise RuntimeError("the cluster of this run is settled already")
+        self.deployment, self.settled = deployment, True
 
     def keep_replaced(self, host: str, path: str) -> None:
         self.replaced.setdefault(host, []).append(path)

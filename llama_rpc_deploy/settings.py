@@ -4,7 +4,7 @@ This table is the one place where a setting is defined and the only place a defa
 group_data/*.yml set what a user must set; everything they leave out takes the default here.
 `python -m llama_rpc_deploy settings` prints the table that README.md shows.
 
-Values are looked up the way pyinfra layers them (highest first, `layers()`): --data on the
+Values are looked up the way pyinfra layers them, scope by scope (highest first, `scopes()`): --data on the
 command line, the host's data in the inventory, group_data/<group>, then group_data/all.
 Errors name the place a bad value came from (file:line:column for YAML).
 """
@@ -14,8 +14,10 @@ import difflib
 import ipaddress
 import math
 import re
+import sys
 from dataclasses import dataclass
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, NoReturn
 
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 QUANTIZED_CACHE_TYPES = frozenset(CACHE_TYPES) - {"f32", "f16", "bf16"}
@@ -24,7 +26,7 @@ MAX_CTX = 1 << 24  # 16M tokens: more than any model is trained for; llama.cpp's
 
 
 # The roles, named as the inventory's groups (one set of names everywhere: settings, cluster, deploy, status),
-# and what a setting or a layer that is neither role's alone applies to.
+# and what a setting or a scope that is neither role's alone applies to.
 COORDINATOR, WORKERS = "coordinator", "workers"
 ROLES = (COORDINATOR, WORKERS)
 EVERY_HOST = "every host"
@@ -32,6 +34,13 @@ EVERY_HOST = "every host"
 
 class SettingsError(ValueError):
     """A bad setting: the message names the file, the key, the value and what was expected."""
+
+
+def refuse(message: str) -> NoReturn:
+    """Stop a pyinfra run (config.py's preflight, deploy.py's checks) with our own line alone, and exit status 1.
+    (A DeployError gets "pyinfra error in FILE line N:" before it, FILE an internal path of ours.)"""
+    print(message, file=sys.stderr, flush=True)
+    raise SystemExit(1)
 
 
 @dataclass(frozen=True)
@@ -333,57 +342,57 @@ FOREIGN_PREFIXES = ("ssh_", "_", "docker_", "local_")
 
 
 @dataclass(frozen=True)
-class Layer:
+class Scope:
     source: str  # e.g. "group_data/all.yml", "inventory.py (host 10.0.0.2)"
     data: dict
-    applies_to: str = EVERY_HOST  # or COORDINATOR / WORKERS: a layer only that role reads
+    applies_to: str = EVERY_HOST  # or COORDINATOR / WORKERS: a scope only that role reads
 
     def origin(self, key: str) -> str:
-        """Where this layer's value of key was written: file:line:column for YAML group_data."""
+        """Where this scope's value of key was written: file:line:column for YAML group_data."""
         return self.data.get("_origins", {}).get(key, self.source)
 
 
-def layers(name: str, role: str, *, overrides: dict, host_data: dict, groups: list[tuple[str, dict]],
-           all_data: dict, inventory_file: str, group_roles: dict[str, str] | None = None) -> list[Layer]:
-    """pyinfra's data layers for one host, highest first: --data, the host's own data in the inventory,
+def scopes(name: str, role: str, *, overrides: dict, host_data: dict, groups: list[tuple[str, dict]],
+           all_data: dict, inventory_file: str, group_roles: dict[str, str] | None = None) -> list[Scope]:
+    """pyinfra's scopes of data for one host, highest first: --data, the host's own data in the inventory,
     its groups (the later a group in pyinfra's order, the higher), group_data/all. The one place where
-    precedence is written: the deploy, the offline commands and the tests all build their layers here."""
+    precedence is written: the deploy, the offline commands and the tests all build their scopes here."""
     mine = role if role in ROLES else EVERY_HOST
-    out = [Layer("--data on the command line", dict(overrides)),
-           Layer(f"{inventory_file} (host {name})", dict(host_data), mine)]
+    out = [Scope("--data on the command line", dict(overrides)),
+           Scope(f"{inventory_file} (host {name})", dict(host_data), mine)]
     # group coordinator or workers applies to that role; another group of the inventory to the one role of all
     # its hosts (group_roles), or to every host when it holds hosts of both
-    out += [Layer(f"group_data/{group}.py", dict(data),
+    out += [Scope(f"group_data/{group}.py", dict(data),
                   group if group in ROLES else (group_roles or {}).get(group, EVERY_HOST))
             for group, data in reversed(groups) if group != "all"]
-    return out + [Layer("group_data/all.py", dict(all_data))]
+    return out + [Scope("group_data/all.py", dict(all_data))]
 
 
-def resolve(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, str]]:
-    """Merge layers (highest first) over the defaults and check every value.
+def resolve(scopes: list[Scope]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Merge scopes (highest first) over the defaults and check every value.
 
     Returns (values, origins). Raises SettingsError for an unknown key, a bad value, or a setting in a
-    layer that only a role which never reads it sees (llama_ctx_size on a worker does nothing).
+    scope that only a role which never reads it sees (llama_ctx_size on a worker does nothing).
     """
     values = dict(DEFAULTS)
     origins = {name: "default" for name in DEFAULTS}
-    for layer in reversed(layers):
-        for key, value in layer.data.items():
+    for scope in reversed(scopes):
+        for key, value in scope.data.items():
             if key.startswith(FOREIGN_PREFIXES):
                 continue
             if key not in BY_NAME:
                 near = difflib.get_close_matches(key, BY_NAME, n=1)
                 hint = f" (did you mean {near[0]!r}?)" if near else ""
-                raise SettingsError(f"{layer.origin(key)}: unknown setting {key!r}{hint}")
+                raise SettingsError(f"{scope.origin(key)}: unknown setting {key!r}{hint}")
             read_from = BY_NAME[key].read_from
-            if EVERY_HOST not in (layer.applies_to, read_from) and read_from != layer.applies_to:
+            if EVERY_HOST not in (scope.applies_to, read_from) and read_from != scope.applies_to:
                 raise SettingsError(
-                    f"{layer.origin(key)}: {key} = {value!r} has no effect there: "
+                    f"{scope.origin(key)}: {key} = {value!r} has no effect there: "
                     f"only {'the coordinator reads' if read_from == COORDINATOR else 'the workers read'} it, "
-                    f"and this applies to the {layer.applies_to} only: expected it in group_data/all.yml, "
+                    f"and this applies to the {scope.applies_to} only: expected it in group_data/all.yml, "
                     f"group_data/{read_from}.yml or next to a host of the {read_from}")
             values[key] = value
-            origins[key] = layer.origin(key)
+            origins[key] = scope.origin(key)
     for setting in SETTINGS:
         value = values[setting.name]
         if not setting.check.ok(value):
@@ -410,3 +419,13 @@ def with_table(readme: str) -> str:
     head, rest = readme.split(README_BEGIN, 1)
     _, tail = rest.split(README_END, 1)
     return f"{head}{README_BEGIN}\n{settings_table()}\n{README_END}{tail}"
+
+
+def command(args) -> int:
+    """`llama-rpc settings`: the table; --write-readme puts it into README.md."""
+    if args.write_readme:
+        readme = Path(__file__).resolve().parent.parent / "README.md"
+        readme.write_text(with_table(readme.read_text()))
+    else:
+        print(settings_table())
+    return 0

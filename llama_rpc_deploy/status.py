@@ -15,9 +15,10 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import client, load_report, render
-from .cluster import Cluster, HostPlan
-from .deployment import ssh_runner
+from . import client, load_report, render, roles
+from .cluster import Cluster, ClusterHost
+from .loading import offline_cluster
+from .remote import ssh_runner
 from .quoting import shell
 from .settings import COORDINATOR, WORKERS
 
@@ -56,28 +57,18 @@ class HostStatus:
         return all(s.state == "active" for s in self.services) and self.api in ("", "ok")
 
 
-def _units(role: str) -> tuple[str, str, str]:
-    """(the service, its watchdog, the container) of a role."""
-    if role == COORDINATOR:
-        return render.COORDINATOR_UNIT, render.WATCHDOG_UNIT, "llama-server"
-    return render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, "rpc-server"
-
-
-def cache_bytes_command(worker: HostPlan) -> str:
+def cache_bytes_command(worker: ClusterHost) -> str:
     """A command that prints the bytes in a worker's tensor cache (%.0f: mawk prints big sums as 2.1e+09)."""
     return (f"find {shell(render.cache_dir(worker))} -maxdepth 1 -type f -printf '%s\\n' 2>/dev/null | "
             "awk '{ s += $1 } END { printf \"%.0f\\n\", s }'")
 
 
-def host_script(host: HostPlan, role: str, tunnel: bool = False) -> str:
-    """One bash script for a host: sections that start with '== NAME', read by parse(). tunnel: the host runs
-    an RPC tunnel (a tunnelled worker, or the coordinator of one)."""
-    unit, watchdog, container = _units(role)
-    extra = [render.FIREWALL_UNIT] if role == WORKERS and host.settings["rpc_firewall"] else []
-    extra += [render.CACHE_PRUNE_TIMER] if role == WORKERS else [render.FRONT_UNIT]
-    extra += [render.TUNNEL_UNIT] if tunnel else []
+def host_script(cluster: Cluster, host: ClusterHost) -> str:
+    """One bash script for a host: sections that start with '== NAME', read by parse()."""
+    mine = roles.of(cluster, host)
+    unit, watchdog, container = mine.server, mine.watchdog, mine.container
     lines = []
-    for u in (unit, watchdog, *extra):
+    for u in mine.units:
         lines.append(f"echo '== unit {u}'; systemctl is-active {shell(u)} || true")
     lines += [
         f"echo '== crashes'; journalctl -u {shell(unit)} -o short-iso --no-pager 2>/dev/null | grep -F {shell(CRASH)} || true",
@@ -88,7 +79,7 @@ def host_script(host: HostPlan, role: str, tunnel: bool = False) -> str:
         "echo '== gpus'; command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total "
         "--format=csv,noheader,nounits 2>/dev/null || true",
     ]
-    if role == WORKERS:
+    if mine.role == WORKERS:
         lines.append(f"echo '== cache'; {cache_bytes_command(host)}")
         # rpc-server lists its devices when it starts ("  Vulkan0: llvmpipe (...) (MiB, MiB free)"): the running
         # service's start (its invocation's log, whose start is the list; then a line per client connection)
@@ -100,7 +91,7 @@ def host_script(host: HostPlan, role: str, tunnel: bool = False) -> str:
     else:
         lines.append(f"echo '== log'; journalctl -u {shell(unit)} -o cat --no-pager -n 20000 2>/dev/null | "
                      "grep -E 'buffer size|CLIP using|loaded meta data|load_model: loading' || true")
-        socket = shell(f"unix-connect:{render.FRONT_SOCKET}")
+        socket = shell(f"unix-connect:{roles.FRONT_SOCKET}")
         lines.append(f"echo '== front held'; echo 'show front' | socat -t 5 stdio {socket} 2>/dev/null || true")
         lines.append(f"echo '== front stat'; echo 'show stat' | socat -t 5 stdio {socket} 2>/dev/null || true")
     return "\n".join(lines) + "\n"
@@ -116,7 +107,7 @@ def parse(name: str, role: str, output: str, cache_limit: int | None = None) -> 
         elif current is not None:
             sections[current].append(line)
     status = HostStatus(name=name, role=role, cache_limit_bytes=cache_limit)
-    unit, watchdog, _ = _units(role)
+    unit = roles.SERVER_UNIT[role]
     for key, value in sections.items():
         if key.startswith("unit "):
             status.services.append(Service(key[5:], (value or ["unknown"])[0].strip()))
@@ -179,7 +170,7 @@ def collect(cluster: Cluster, inventory: Path) -> list[HostStatus]:
         for host in cluster.hosts:
             role = cluster.role(host.name)
             try:
-                result = run(host.name, "bash -s", input=host_script(host, role, bool(cluster.tunnels_at(host))),
+                result = run(host.name, "bash -s", input=host_script(cluster, host),
                              timeout=60)
                 output = result.stdout if result.returncode == 0 else ""
             except subprocess.TimeoutExpired:
@@ -187,7 +178,7 @@ def collect(cluster: Cluster, inventory: Path) -> list[HostStatus]:
             limit = int(host.settings["rpc_cache_max_gib"] * 2 ** 30) if role == WORKERS else None
             status = parse(host.name, role, output, limit)
             if not output:
-                status.services = [Service(_units(role)[0], "unreachable (ssh)")]
+                status.services = [Service(roles.SERVER_UNIT[role], "unreachable (ssh)")]
             out.append(status)
     coordinator = out[0]
     try:
@@ -231,3 +222,10 @@ def table(hosts: list[HostStatus]) -> str:
 
 def to_json(hosts: list[HostStatus]) -> str:
     return json.dumps([dict(asdict(h), ok=h.ok) for h in hosts], indent=2)
+
+
+def command(args) -> int:
+    """`llama-rpc status`: 1 when something is wrong."""
+    hosts = collect(offline_cluster(args.inventory), args.inventory)
+    print(to_json(hosts) if args.json else table(hosts))
+    return 0 if all(h.ok for h in hosts) else 1

@@ -12,12 +12,8 @@ whole image arrived with that ID. deploy.py runs this; benchmarks/suite.py times
 from __future__ import annotations
 
 from .quoting import shell
+from .roles import KNOWN_HOSTS, TRANSFER_KEY
 
-TRANSFER_KEY = "/etc/llama-rpc/transfer_key"  # on the coordinator
-KNOWN_HOSTS = "/etc/llama-rpc/known_hosts"
-
-
-SKIP_LAYERS = "skip-layers.py"  # in deploy_dir on the coordinator
 
 
 def layers_text(have: list[tuple[str, ...]]) -> str:

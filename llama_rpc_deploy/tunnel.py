@@ -23,9 +23,9 @@ import os
 import re
 from pathlib import Path
 
+from .roles import TUNNEL_DIR
 from .settings import SettingsError
 
-TUNNEL_DIR = "/etc/llama-rpc-tunnel"  # on every host: the service user's, mode 700 (stunnel runs as that user)
 HOST_FILES = ("ca.crt", "host.crt", "host.key")  # in TUNNEL_DIR, from the control machine's CA, cert and key
 DNS_SUFFIX = "llama-rpc.invalid"  # certificates name hosts in a domain that resolves nowhere (RFC 6761)
 VALID_DAYS = 3650  # rotation is rpc_tunnel_key_generation's job, not the clock's

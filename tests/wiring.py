@@ -18,12 +18,13 @@ from pyinfra.facts import files as file_facts
 from pyinfra.facts import server as server_facts
 from pyinfra.facts import systemd as systemd_facts
 
-from llama_rpc_deploy import facts, render
+from llama_rpc_deploy import facts, roles
 from llama_rpc_deploy.paths import PROJECT
 
 IMAGE_ID = "sha256:" + "1" * 64
-UNITS = (render.WORKER_UNIT, render.COORDINATOR_UNIT, render.FIREWALL_UNIT, render.WATCHDOG_UNIT,
-         render.WORKER_WATCHDOG_UNIT, render.CACHE_PRUNE_TIMER, render.FRONT_UNIT)
+# running and enabled on every host (the tunnel's unit is not: its operations start it)
+UNITS = (roles.WORKER_UNIT, roles.COORDINATOR_UNIT, roles.FIREWALL_UNIT, roles.WATCHDOG_UNIT, roles.WORKER_WATCHDOG_UNIT,
+         roles.CACHE_PRUNE_TIMER, roles.FRONT_UNIT)
 
 
 class Unchanged(str):
@@ -82,10 +83,10 @@ def prepare(inventory_file: Path, get_fact, transfer_key: Path) -> State:
     from pyinfra_cli.inventory import make_inventory
     from pyinfra_cli.util import load_deploy_file
 
-    from llama_rpc_deploy import deployment
+    from llama_rpc_deploy import remote
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(deployment, "transfer_key", lambda *a, **k: transfer_key))
+        stack.enter_context(mock.patch.object(remote, "transfer_key", lambda *a, **k: transfer_key))
         stack.enter_context(mock.patch.object(Host, "get_fact", get_fact))
         # operations ordered by the lines that create them, as in the CLI
         stack.enter_context(mock.patch.object(pyinfra, "is_cli", True))

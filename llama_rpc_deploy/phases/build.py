@@ -11,13 +11,12 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import Sha256File
 from pyinfra.operations import files, python, server
 
-from .. import facts, image, source, transfer
+from .. import facts, image, roles, source, transfer
 from ..cluster import SERVICE_USER
-from ..deployment import TRANSFER_KEY_COMMENT
+from ..remote import TRANSFER_KEY_COMMENT
 from ..quoting import shell
 from ..run import Run
-from .checks import ssh_port
-from .services import put
+from .shared import put
 
 
 @deploy("The unprivileged user the containers run as")
@@ -31,14 +30,14 @@ def prepare_worker(run: Run):
     s = run.deployment.cluster.host(host.name).settings
     files.directory(name="rpc-server tensor cache (kept across deploys, written by the service user)",
                     path=s["rpc_cache_dir"], mode="755", user=SERVICE_USER, group=SERVICE_USER, recursive=True)
-    files.put(name="Image receiver", src=str(image.FILES / "receive-image.sh"),
-              dest=f"{s['deploy_dir']}/receive-image.sh", mode="755")
+    files.put(name="Image receiver", src=str(image.FILES / roles.IMAGE_RECEIVER),
+              dest=f"{s['deploy_dir']}/{roles.IMAGE_RECEIVER}", mode="755")
     public = run.deployment.transfer_key.with_suffix(".pub").read_text().strip()
     files.directory(name="root's .ssh", path="/root/.ssh", mode="700")
     # one line, found by the key's comment (the key itself holds regex characters), replaced when the key changes
     files.line(name="Accept the coordinator's transfer key, for image loads only",
                path="/root/.ssh/authorized_keys", line=f"^restrict,command=.* {TRANSFER_KEY_COMMENT}$",
-               replace=f'restrict,command="{s["deploy_dir"]}/receive-image.sh" {public}')
+               replace=f'restrict,command="{s["deploy_dir"]}/{roles.IMAGE_RECEIVER}" {public}')
 
 
 @deploy("Build the image once, on the coordinator")
@@ -111,22 +110,22 @@ def build_with_progress(build_dir: str, log_dir: str, command: str, every: float
 @deploy("Carry the image to the workers")
 def distribute_image(run: Run):
     dep = run.deployment
-    files.directory(name="/etc/llama-rpc", path="/etc/llama-rpc", mode="700")
-    files.put(name="Image-transfer key", src=str(dep.transfer_key), dest=transfer.TRANSFER_KEY, mode="600")
+    files.directory(name=roles.CONFIG_DIR, path=roles.CONFIG_DIR, mode="700")
+    files.put(name="Image-transfer key", src=str(dep.transfer_key), dest=roles.TRANSFER_KEY, mode="600")
     known = []
     for worker in dep.cluster.workers:
         key = inventory.get_host(worker.name).get_fact(facts.SshHostKey)
-        port = ssh_port(worker)
+        port = worker.transfer_port
         known.append(f"{worker.address if port == 22 else f'[{worker.address}]:{port}'} {key}")
-    put(run, transfer.KNOWN_HOSTS, "\n".join(known) + "\n", mode="600")
+    put(run, roles.KNOWN_HOSTS, "\n".join(known) + "\n", mode="600")
 
     # the layer filter needs python3 on the coordinator; without it every layer is sent
-    skip_layers = f"{dep.cluster.settings['deploy_dir']}/{transfer.SKIP_LAYERS}"
+    skip_layers = f"{dep.cluster.settings['deploy_dir']}/{roles.SKIP_LAYERS}"
     if host.get_fact(facts.MissingCommands, names=("python3",)):
         logger.warning(f"{host.name}: no python3: every image layer goes to the workers, not only those they lack")
         skip_layers = None
     else:
-        files.put(name="Image layer filter", src=str(image.FILES / transfer.SKIP_LAYERS), dest=skip_layers, mode="755")
+        files.put(name="Image layer filter", src=str(image.FILES / roles.SKIP_LAYERS), dest=skip_layers, mode="755")
     for worker in dep.cluster.workers:
         tag = dep.image_of(worker.name)  # its backend's image, built above
         mine = host.get_fact(facts.DockerImageId, image=tag)
@@ -140,6 +139,6 @@ def distribute_image(run: Run):
             files.put(name=f"The image layers {worker.name} has", src=StringIO(transfer.layers_text(have)),
                       dest=layers_file, mode="600")
         server.shell(name=f"Send {tag} to {worker.name} (the layers it lacks)",
-                     commands=[transfer.send_command(tag, worker.address, ssh_port(worker), layers_file,
+                     commands=[transfer.send_command(tag, worker.address, worker.transfer_port, layers_file,
                                                      skip_layers)],
                      _shell_executable="bash")

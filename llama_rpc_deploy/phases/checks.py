@@ -1,25 +1,22 @@
-"""Before any change: stop when a host lacks what the deploy needs, or the model does not fit."""
+"""Before any change: stop when a host lacks what the deploy needs; then settle the Cluster every later phase reads
+(the models of llama_models_folder, the planner's split) from the coordinator's model files, and stop when a model
+does not fit. Each refusal is one line (settings.refuse), read from facts only: nothing has changed yet."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import PurePosixPath
 
 from pyinfra import host, inventory, logger
-from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import Directory, File
 
 from .. import facts, gguf_header, plan
 from ..cluster import SERVICE_USER, wide_clients
-from ..settings import COORDINATOR, WORKERS, SettingsError
+from ..settings import COORDINATOR, WORKERS, SettingsError, refuse
 from ..run import Run
 
 
-def ssh_port(worker) -> int:
-    """The port the coordinator uses to reach a worker's sshd (the inventory's, unless set apart)."""
-    return worker.settings["transfer_ssh_port"] or inventory.get_host(worker.name).data.get("ssh_port", 22)
-
-
 def host_is_ready(run: Run) -> None:
-    """Commands, the NVIDIA runtime, free ports, the model file, reachable workers."""
+    """Commands, the NVIDIA runtime, free ports, reachable workers."""
     cluster = run.deployment.cluster
     role = cluster.role(host.name)
     me = cluster.host(host.name)
@@ -27,13 +24,13 @@ def host_is_ready(run: Run) -> None:
     needed = ("docker", "zstd", "systemctl", "bash") + (("iptables", "iptables-restore") if role == WORKERS and s["rpc_firewall"] else ())
     missing = host.get_fact(facts.MissingCommands, names=needed)
     if missing:
-        raise DeployError(f"{host.name}: {', '.join(missing)} not found: install them first (Docker Engine, zstd, iptables)")
+        refuse(f"{host.name}: {', '.join(missing)} not found: install them first (Docker Engine, zstd, iptables)")
     if me.gpus and me.backend == "cuda" and "nvidia" not in host.get_fact(facts.DockerRuntimes):
-        raise DeployError(f"{host.name}: image_backend = 'cuda' ({me.origins['image_backend']}) and gpus = "
+        refuse(f"{host.name}: image_backend = 'cuda' ({me.origins['image_backend']}) and gpus = "
                           f"{s['gpus']!r} ({me.origins['gpus']}) but Docker has no nvidia runtime: expected the NVIDIA "
                           "Container Toolkit (nvidia-ctk runtime configure --runtime=docker)")
     if me.gpus and me.backend == "vulkan" and not host.get_fact(facts.RenderNodes):
-        raise DeployError(f"{host.name}: image_backend = 'vulkan' ({me.origins['image_backend']}) and gpus = "
+        refuse(f"{host.name}: image_backend = 'vulkan' ({me.origins['image_backend']}) and gpus = "
                           f"{s['gpus']!r} ({me.origins['gpus']}) but no Vulkan device: no /dev/dri/renderD* on the "
                           "host: expected the GPU's kernel driver loaded (amdgpu, i915, xe), or gpus = [] for the "
                           "CPU's Vulkan device (lavapipe)")
@@ -53,73 +50,81 @@ def host_is_ready(run: Run) -> None:
     for key, port, ours, names in ports:
         listener = host.get_fact(facts.TcpListener, port=port)
         if listener is not None and listener not in names:
-            raise DeployError(f"{host.name}: port {port} is taken by {listener or 'another process'}: "
+            refuse(f"{host.name}: port {port} is taken by {listener or 'another process'}: "
                               f"expected it free for {ours} (change {key})")
     if role == WORKERS and not me.tunnelled:
         logger.warning(f"{host.name}: rpc_transport: plain: rpc-server at {me.rpc_remote} has no authentication, and the "
                        "firewall rule admits whoever holds the coordinator's address (any device on the LAN can take "
                        "it): set rpc_transport: tunnel")
     if role == COORDINATOR:
-        if s["llama_models_folder"]:  # the folder's models join llama_models before anything reads them
-            folder = str(PurePosixPath(s["llama_model_path"]).parent)
-            try:
-                run.use_folder(host.get_fact(facts.GgufFiles, folder=folder))
-            except SettingsError as error:
-                raise DeployError(str(error)) from None
-            cluster = run.deployment.cluster
-        model_is_readable(me, cluster)
         for worker in cluster.workers:
-            if not host.get_fact(facts.TcpReachable, address=worker.address, port=ssh_port(worker)):
-                raise DeployError(f"{host.name} cannot reach {worker.name}'s sshd at {worker.address}:{ssh_port(worker)}: "
+            if not host.get_fact(facts.TcpReachable, address=worker.address, port=worker.transfer_port):
+                refuse(f"{host.name} cannot reach {worker.name}'s sshd at {worker.address}:{worker.transfer_port}: "
                                   "the coordinator sends the image that way (set address or transfer_ssh_port)")
     if role == WORKERS and s["rpc_firewall"] and s["rpc_allow_wide"] and wide_clients(cluster, me):
         logger.warning(f"{host.name}: rpc_allow_from admits {', '.join(wide_clients(cluster, me))} to rpc-server's port "
                        f"{s['rpc_port']} (rpc_allow_wide): rpc-server has no authentication, anyone there can read "
                        "and write this host's GPU memory and crash the server")
     if role == WORKERS and not host.get_fact(facts.SshHostKey):
-        raise DeployError(f"{host.name}: no /etc/ssh/ssh_host_ed25519_key.pub: the coordinator needs it to send the image")
+        refuse(f"{host.name}: no /etc/ssh/ssh_host_ed25519_key.pub: the coordinator needs it to send the image")
 
 
 def tunnel_is_possible(origin: str) -> None:
     """stunnel is there, or apt-get to install Debian's stunnel4 (the deploy does, as it installs HAProxy)."""
     missing = host.get_fact(facts.MissingCommands, names=("stunnel4", "apt-get")) or []  # None: nothing missing
     if "stunnel4" in missing and "apt-get" in missing:
-        raise DeployError(f"{host.name}: rpc_transport = 'tunnel' ({origin}) needs stunnel4, "
+        refuse(f"{host.name}: rpc_transport = 'tunnel' ({origin}) needs stunnel4, "
                           "which is not installed, and there is no apt-get to install it: expected stunnel 5 "
                           "(TLS 1.3) as /usr/bin/stunnel4, or rpc_transport: plain")
 
 
-def model_is_readable(me, cluster) -> None:
-    """Every model and projector file, llama_models' too, is there and readable by the service user."""
+def settle(run: Run) -> None:
+    """The Cluster that every later phase reads, settled once per run (the first host here does it, after its
+    own checks) from the coordinator's files: llama_models_folder's models join llama_models, every model and
+    projector file is readable by the service user, and the planner, on each model's header (with its own
+    settings), refuses what won't fit, warns on what measured slow, and resolves llama_tensor_split = 'auto'."""
+    if run.settled:
+        return
+    cluster = run.deployment.cluster
+    at = inventory.get_host(cluster.coordinator.name)
+    if cluster.settings["llama_models_folder"]:
+        folder = str(PurePosixPath(cluster.settings["llama_model_path"]).parent)
+        try:
+            cluster = cluster.with_folder(at.get_fact(facts.GgufFiles, folder=folder))
+        except SettingsError as error:
+            refuse(str(error))
     for name in cluster.model_names():
-        view = cluster.for_model(name).coordinator
+        view = cluster.for_model(name)
         for key in ("llama_model_path", "llama_mmproj_path"):
             if view.settings[key]:
-                file_is_readable(view, key)
-
-
-def file_is_readable(me, key: str) -> None:
-    model, where = me.settings[key], me.origins[key]
-    found = host.get_fact(File, path=model)
-    if not found:
-        raise DeployError(f"{where}: {key} = {model!r}: no such file on the coordinator {host.name}")
-    folder = host.get_fact(Directory, path=str(PurePosixPath(model).parent))
-    if not (int(str(found["mode"]), 8) & 0o004 and folder and int(str(folder["mode"]), 8) & 0o005 == 0o005):
-        raise DeployError(f"{where}: {key} = {model!r}: llama-server runs as the unprivileged user "
-                          f"{SERVICE_USER}, which cannot read it on {host.name}: expected the file readable by "
-                          "others and its folder listable (chmod o+r FILE; chmod o+rx FOLDER)")
-
-
-def model_fits(run: Run) -> None:
-    """The planner, on each model file's header read from the coordinator (every model of llama_models,
-    with its own settings): refuse what won't fit, warn on what the article's author measured slow, and resolve
-    llama_tensor_split = 'auto'."""
-    cluster = run.deployment.cluster
+                file_is_readable(at, view.coordinator, key)
+    splits = {}
     for name in cluster.model_names():  # one model: no name in the log lines and errors, as before llama_models
-        model_fits_one(run, cluster.for_model(name), name if cluster.router else None)
+        view = cluster.for_model(name)
+        capacity = model_fits(at, view, name if cluster.router else None)
+        if view.settings["llama_tensor_split"] == "auto":
+            splits[name if cluster.router else None] = capacity.split
+    for name, split in splits.items():
+        cluster = cluster.with_split(split, name)
+    run.settle(replace(run.deployment, cluster=cluster))
 
 
-def model_fits_one(run: Run, cluster, name: str | None) -> None:
+def file_is_readable(at, me, key: str) -> None:
+    """A model or projector file is on the coordinator (at), readable by the service user."""
+    model, where = me.settings[key], me.origins[key]
+    found = at.get_fact(File, path=model)
+    if not found:
+        refuse(f"{where}: {key} = {model!r}: no such file on the coordinator {at.name}")
+    folder = at.get_fact(Directory, path=str(PurePosixPath(model).parent))
+    if not (int(str(found["mode"]), 8) & 0o004 and folder and int(str(folder["mode"]), 8) & 0o005 == 0o005):
+        refuse(f"{where}: {key} = {model!r}: llama-server runs as the unprivileged user "
+               f"{SERVICE_USER}, which cannot read it on {at.name}: expected the file readable by "
+               "others and its folder listable (chmod o+r FILE; chmod o+rx FOLDER)")
+
+
+def model_fits(at, cluster, name: str | None) -> plan.CapacityPlan:
+    """The planner on one model's header, read on the coordinator (at), with that model's settings: its table in
+    the log, and a refusal of what won't fit."""
     models = {}
     for key, read in (("llama_model_path", gguf_header.read_model), ("llama_mmproj_path", gguf_header.projector_bytes)):
         path = cluster.settings[key]
@@ -127,9 +132,9 @@ def model_fits_one(run: Run, cluster, name: str | None) -> None:
             continue
         try:
             models[key] = gguf_header.read_remote_model(
-                lambda file, limit: host.get_fact(facts.GgufHeader, path=file, limit=limit), path, read)
+                lambda file, limit: at.get_fact(facts.GgufHeader, path=file, limit=limit), path, read)
         except Exception as error:  # not a GGUF file, a shard missing
-            raise DeployError(f"{cluster.coordinator.origins[key]}: {key} = {path!r}: {error}") from None
+            refuse(f"{cluster.coordinator.origins[key]}: {key} = {path!r}: {error}")
     # each card's memory as its host's nvidia-smi reports it, where it does
     reported = {h.name: [mib for _, mib in inventory.get_host(h.name).get_fact(facts.NvidiaGpus)]
                 for h in cluster.hosts if h.gpus and h.backend == "cuda"}
@@ -138,7 +143,5 @@ def model_fits_one(run: Run, cluster, name: str | None) -> None:
     for line in capacity.table().splitlines():
         logger.info(f"    [plan{f' {name}' if name else ''}] {line}")
     if capacity.problems:
-        raise DeployError((f"model {name!r}: " if name else "") + "; ".join(capacity.problems)
-                          + " (llama-rpc plan shows the table)")
-    if cluster.settings["llama_tensor_split"] == "auto":
-        run.use_split(capacity.split, name)
+        refuse((f"model {name!r}: " if name else "") + "; ".join(capacity.problems) + " (llama-rpc plan shows the table)")
+    return capacity

@@ -7,11 +7,11 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
-from .. import render
+from .. import render, roles
 from ..quoting import shell
 from ..run import Run
 from ..settings import COORDINATOR, WORKERS
-from .services import ready_probe, wait_for_health
+from .shared import ready_probe, wait_for_health
 
 
 @deploy("Roll back when the new version failed its health check")
@@ -19,7 +19,7 @@ def roll_back(run: Run):
     cluster = run.deployment.cluster
     role = cluster.role(host.name)
     failed = f"{cluster.settings['state_dir']}/failed/{run.run_id}"
-    unit = render.COORDINATOR_UNIT if role == COORDINATOR else render.WORKER_UNIT
+    unit = roles.of(cluster, cluster.host(host.name)).server
     replaced = run.replaced.get(host.name, [])  # what this run replaced here (a .previous was kept)
     server.shell(name=f"Keep the failed version's files and {unit} log in {failed}",
                  commands=[f"mkdir -p {shell(failed)} && journalctl -u {unit} -n 2000 --no-pager > {shell(f'{failed}/{unit}.log')}; "
@@ -30,15 +30,15 @@ def roll_back(run: Run):
                  commands=[" && ".join(f"cp -a {shell(path + '.previous')} {shell(path)}" for path in replaced)]
                  if replaced else [], _if=run.health_failed)
     reload_firewall = role == WORKERS and cluster.host(host.name).settings["rpc_firewall"]
-    firewall = f"systemctl reload {render.FIREWALL_UNIT}; " if reload_firewall else ""
+    firewall = f"systemctl reload {roles.FIREWALL_UNIT}; " if reload_firewall else ""
     # the front's previous files, if this run replaced them: reloaded first (a reload strands what it holds
     # in the old process, which no longer checks llama-server: not while llama-server restarts)
     front_files = render.front_files(cluster) if role == COORDINATOR else {}
-    front = (f"systemctl try-reload-or-restart {render.FRONT_UNIT}; "
+    front = (f"systemctl try-reload-or-restart {roles.FRONT_UNIT}; "
              if any(path in front_files for path in replaced) else "")
     # the tunnel's previous configuration (its keys stay: every host got the same generation's)
     tunnel_files = render.tunnel_files(cluster, cluster.host(host.name))
-    tunnel = (f"systemctl try-reload-or-restart {render.TUNNEL_UNIT}; "
+    tunnel = (f"systemctl try-reload-or-restart {roles.TUNNEL_UNIT}; "
               if any(path in tunnel_files for path in replaced) else "")
     server.shell(name=f"Restart {unit} on the previous version",
                  commands=[f"systemctl daemon-reload; {firewall}{front}{tunnel}systemctl restart {unit}"],

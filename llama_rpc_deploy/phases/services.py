@@ -3,79 +3,18 @@ llama-server (after its workers), the wait for /health, and its watchdog. Only w
 affects restarts; every file a deploy replaces stays next to the new one as PATH.previous."""
 from __future__ import annotations
 
-import hashlib
 import os
-from dataclasses import dataclass
-from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.files import File, Sha1File
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.facts.files import File
+from pyinfra.operations import files, server, systemd
 
-from .. import client, operations, render, tunnel
+from .. import operations, render, roles, tunnel
 from ..cluster import SERVICE_USER
 from ..quoting import shell
 from ..run import Run
-
-
-def put(run: Run, path: str, content: str, mode: str = "644"):
-    """Upload rendered content. When it replaces different content, the old file stays as PATH.previous:
-    the last working launch scripts and units survive a deploy that goes wrong.
-
-    Every host creates the same operations whatever changed on it (the keep has no command where nothing is
-    replaced): pyinfra orders all hosts' operations in one graph, and an operation made on some hosts only,
-    in a loop, gave two workers opposite orders ("Cycle detected in operation ordering DAG")."""
-    current = host.get_fact(Sha1File, path=path)
-    replaces = bool(current) and current != hashlib.sha1(content.encode()).hexdigest()
-    server.shell(name=f"Keep {path} as {path}.previous",
-                 commands=[f"cp -a {shell(path)} {shell(path + '.previous')}"] if replaces else [])
-    if replaces:
-        run.keep_replaced(host.name, path)
-    return files.put(name=f"Install {path}", src=StringIO(content), dest=path, mode=mode)
-
-
-def put_all(run: Run, rendered: dict[str, str]) -> list:
-    """put() each file (scripts executable); returns the operations. host.loop: each file's operations
-    are told apart by their place in the loop, the same on every host."""
-    return [put(run, path, content, mode="755" if path.endswith(".sh") else "644")
-            for path, content in host.loop(rendered.items())]
-
-
-@dataclass(frozen=True)
-class Started:
-    """A unit's two operations, at most one of which has commands: the restart on new files, or
-    'running and enabled'; planned: whether new files restart it (known before anything runs)."""
-    restart: object
-    ensure: object
-    planned: bool = False
-
-    def did_change(self) -> bool:
-        """Whether this run (re)started the unit (asked when a later operation runs)."""
-        return self.restart.did_change() or self.ensure.did_change()
-
-
-def service(name: str, unit: str, files_ops: list, **arguments) -> Started:
-    """The unit running and enabled, restarted (after a daemon-reload) when its files change: a plain
-    `systemctl restart`, not pyinfra's start-when-stopped, so that a unit still starting on its old files
-    (llama-server's wait for its workers) starts over on the new ones. Both operations exist on every host,
-    whatever changed there (one of them without commands), so every host has the same shape, and --dry
-    shows a restart only where one will happen."""
-    restarts = any(op.will_change for op in files_ops)
-    restart = server.shell(name=f"{name}: restarted on its new files",
-                           commands=[f"systemctl daemon-reload && systemctl enable --quiet {unit} && "
-                                     f"systemctl restart {unit}"] if restarts else [], **arguments)
-    ensure = systemd.service(name=name, service=unit, running=None if restarts else True,
-                             enabled=None if restarts else True, **arguments)
-    return Started(restart, ensure, restarts)
-
-
-def debian_packages(what: str, packages: tuple[str, ...]):
-    """Debian's packages installed (no recommends), the package lists updated first only when one is missing."""
-    missing = [p for p in packages if p not in (host.get_fact(DebPackages) or {})]
-    return apt.packages(name=f"{what}: {', '.join(packages)}", packages=list(packages), update=bool(missing),
-                        no_recommends=True)
+from .shared import Started, debian_packages, front_drain, health_probe, put_all, ready_probe, service, wait_for_health
 
 
 def install_tunnel(run: Run, me) -> None:
@@ -85,16 +24,16 @@ def install_tunnel(run: Run, me) -> None:
     plain), a tunnel left by an earlier deploy goes. Every host of a role makes the same operations."""
     cluster = run.deployment.cluster
     rendered = render.tunnel_files(cluster, me)
-    config, unit = f"{me.settings['deploy_dir']}/{render.TUNNEL_CONFIG}", f"{render.UNIT_DIR}/{render.TUNNEL_UNIT}"
+    config, unit = f"{me.settings['deploy_dir']}/{roles.TUNNEL_CONFIG}", f"{roles.UNIT_DIR}/{roles.TUNNEL_UNIT}"
     if not rendered:
         left = host.get_fact(File, path=unit)
         server.shell(name="No RPC tunnel (rpc_transport: plain): one left by an earlier deploy removed",
-                     commands=[f"systemctl disable --now {render.TUNNEL_UNIT}; rm -rf {shell(tunnel.TUNNEL_DIR)} "
+                     commands=[f"systemctl disable --now {roles.TUNNEL_UNIT}; rm -rf {shell(roles.TUNNEL_DIR)} "
                                f"{shell(config)} {shell(unit)} && systemctl daemon-reload"] if left else [])
         return
-    debian_packages("The tunnel's package", render.TUNNEL_PACKAGES)
-    files.directory(name=f"{tunnel.TUNNEL_DIR}: the tunnel's keys (mode 700, owner {SERVICE_USER})",
-                    path=tunnel.TUNNEL_DIR, user=SERVICE_USER, group=SERVICE_USER, mode="700")
+    debian_packages("The tunnel's package", roles.TUNNEL_PACKAGES)
+    files.directory(name=f"{roles.TUNNEL_DIR}: the tunnel's keys (mode 700, owner {SERVICE_USER})",
+                    path=roles.TUNNEL_DIR, user=SERVICE_USER, group=SERVICE_USER, mode="700")
     keys = [operations.secret_file(name=f"Tunnel: {dest} (mode 400, owner {SERVICE_USER}, content never shown)",
                                    src=str(src), dest=dest, user=SERVICE_USER, group=SERVICE_USER)
             for dest, src in host.loop(tunnel.host_sources(run.deployment.tunnel, me.name).items())]
@@ -102,11 +41,11 @@ def install_tunnel(run: Run, me) -> None:
     new_unit = ops[unit].will_change
     reread = not new_unit and (ops[config].will_change or any(op.will_change for op in keys))
     restart = server.shell(name="RPC tunnel: restarted on its new unit",
-                           commands=[f"systemctl daemon-reload && systemctl enable --quiet {render.TUNNEL_UNIT} && "
-                                     f"systemctl restart {render.TUNNEL_UNIT}"] if new_unit else [])
+                           commands=[f"systemctl daemon-reload && systemctl enable --quiet {roles.TUNNEL_UNIT} && "
+                                     f"systemctl restart {roles.TUNNEL_UNIT}"] if new_unit else [])
     server.shell(name="RPC tunnel: new keys or peers read again (the connections open stay up)",
-                 commands=[f"systemctl try-reload-or-restart {render.TUNNEL_UNIT}"] if reread else [])
-    ensure = systemd.service(name="RPC tunnel running and enabled", service=render.TUNNEL_UNIT,
+                 commands=[f"systemctl try-reload-or-restart {roles.TUNNEL_UNIT}"] if reread else [])
+    ensure = systemd.service(name="RPC tunnel running and enabled", service=roles.TUNNEL_UNIT,
                              running=None if new_unit else True, enabled=None if new_unit else True)
     run.tunnel_services[host.name] = Started(restart, ensure, new_unit)
 
@@ -118,56 +57,18 @@ def install_worker(run: Run):
     firewall = render.firewall_files(cluster, me)
     if firewall:  # before rpc-server (re)starts; a reload re-applies the rule without restarting rpc-server
         will_change = {path: op.will_change for path, op in zip(firewall, put_all(run, firewall))}
-        systemd.service(name="Firewall: RPC port from the coordinator only", service=render.FIREWALL_UNIT,
+        systemd.service(name="Firewall: RPC port from the coordinator only", service=roles.FIREWALL_UNIT,
                         running=True, enabled=True,
                         reloaded=any(c for path, c in will_change.items() if not path.endswith(".service")),
                         daemon_reload=any(c for path, c in will_change.items() if path.endswith(".service")))
     install_tunnel(run, me)
-    run.worker_services[host.name] = service("rpc-server running and enabled", render.WORKER_UNIT,
+    run.worker_services[host.name] = service("rpc-server running and enabled", roles.WORKER_UNIT,
                                              put_all(run, render.worker_files(cluster, me, image)),
                                              _ignore_errors=True)  # the health check decides
-    service("Watchdog: restart rpc-server when it holds a dead client", render.WORKER_WATCHDOG_UNIT,
+    service("Watchdog: restart rpc-server when it holds a dead client", roles.WORKER_WATCHDOG_UNIT,
             put_all(run, render.worker_watchdog_files(me)))
-    service(f"Tensor cache kept under {me.settings['rpc_cache_max_gib']:g} GiB (a timer)", render.CACHE_PRUNE_TIMER,
+    service(f"Tensor cache kept under {me.settings['rpc_cache_max_gib']:g} GiB (a timer)", roles.CACHE_PRUNE_TIMER,
             put_all(run, render.cache_prune_files(me)))
-
-
-def health_probe(cluster) -> tuple[str, str]:
-    """(the /health URL, a command on the coordinator that succeeds when it answers ok). Through the front,
-    as clients see it: it answers 503 at once while llama-server is not up."""
-    url = client.server_url(cluster) + "/health"
-    return url, f"docker exec llama-server curl -fsS --max-time 5 {shell(url)}"
-
-
-def ready_probe(cluster) -> tuple[str, str]:
-    """What the deploy waits for after a (re)start: /health; with models on demand, the router's /props
-    of llama_model_path's model, which it loads at start and which answers only once that model is loaded
-    across the workers (/health answers as soon as the router is up, whatever model is loaded)."""
-    if not cluster.router:
-        return health_probe(cluster)
-    url = f"{client.server_url(cluster)}/props?model={cluster.default_model}&autoload=false"
-    key = f' -H "Authorization: Bearer $(cat {render.API_KEY_MOUNT})"' if cluster.settings["llama_api_key_file"] else ""
-    script = f'curl -fsS -o /dev/null --max-time 5{key} "$0"'  # the URL comes in as $0
-    return url, f"docker exec llama-server sh -c {shell(script)} {shell(url)}"
-
-
-def wait_for_health(cluster, ready: bool = True) -> str:
-    """Wait for ready_probe (after a new version's start), or for health_probe (the previous version's,
-    after a rollback: its models need not be the new settings' ones)."""
-    _, probe = ready_probe(cluster) if ready else health_probe(cluster)
-    # by the clock, not by tries: through the front, a try may wait (held) up to curl's --max-time
-    return (f"end=$(($(date +%s) + {cluster.settings['llama_health_timeout']})); "
-            f"while [ \"$(date +%s)\" -lt \"$end\" ]; do {probe} && exit 0; sleep 1; done; "
-            f"journalctl -u {render.COORDINATOR_UNIT} -n 40 --no-pager; exit 1")
-
-
-FRONT_PACKAGES = ("haproxy", "socat")  # the front, and the client of its admin socket (front-drain.sh, status)
-
-
-def front_drain(cluster, word: str) -> str:
-    """front-drain.sh WORD on the coordinator; nothing where the front is not installed yet (a first deploy)."""
-    script = shell(f"{cluster.settings['deploy_dir']}/front-drain.sh")
-    return f"if [ -x {script} ]; then {script} {word}; fi"
 
 
 @deploy("The front, drained before a server restarts")
@@ -180,10 +81,10 @@ def install_front(run: Run):
     the drain: the front stops sending new requests to llama-server (it holds them) and waits, bounded,
     for those in flight. llama-server cannot survive a worker's restart, so this comes before the workers'."""
     cluster = run.deployment.cluster
-    debian_packages("The front's packages", FRONT_PACKAGES)
+    debian_packages("The front's packages", roles.FRONT_PACKAGES)
     changed = any(op.will_change for op in put_all(run, render.front_files(cluster)))
     server.shell(name="The front reloaded on its new files, if it runs (its requests in flight finish in the old process)",
-                 commands=[f"systemctl daemon-reload && systemctl try-reload-or-restart {render.FRONT_UNIT}"]
+                 commands=[f"systemctl daemon-reload && systemctl try-reload-or-restart {roles.FRONT_UNIT}"]
                  if changed else [])
     run.front_drain = server.shell(
         name=f"Drain the front (at most {cluster.settings['llama_front_drain_seconds']} s) before servers restart",
@@ -199,19 +100,19 @@ def install_coordinator(run: Run):
     if s["llama_api_key_file"]:
         # /etc/llama-rpc (mode 700) was made by distribute_image; no .previous copy of a secret
         changed.insert(0, operations.secret_file(
-            name=f"API key as {render.API_KEY_PATH} (mode 400, owner {SERVICE_USER}, content never shown)",
-            src=os.path.expanduser(s["llama_api_key_file"]), dest=render.API_KEY_PATH,
+            name=f"API key as {roles.API_KEY_PATH} (mode 400, owner {SERVICE_USER}, content never shown)",
+            src=os.path.expanduser(s["llama_api_key_file"]), dest=roles.API_KEY_PATH,
             user=SERVICE_USER, group=SERVICE_USER))
-    started = service("llama-server running and enabled", render.COORDINATOR_UNIT, changed,
+    started = service("llama-server running and enabled", roles.COORDINATOR_UNIT, changed,
                       _ignore_errors=True)  # the health check below decides
     run.coordinator_service = started
     after_workers = server.shell(
-        name="Restart llama-server after its workers restarted", commands=[f"systemctl restart {render.COORDINATOR_UNIT}"],
+        name="Restart llama-server after its workers restarted", commands=[f"systemctl restart {roles.COORDINATOR_UNIT}"],
         _ignore_errors=True, _if=lambda: run.coordinator_restart_needed(started))
     # started here the first time (install_front reloads it): on an upgrade from a version without the
     # front, llama-server held llama_port until its restart above
     systemd.service(name=f"The front: HAProxy at {render.front_address(cluster)}, running and enabled",
-                    service=render.FRONT_UNIT, running=True, enabled=True,
+                    service=roles.FRONT_UNIT, running=True, enabled=True,
                     _ignore_errors=True)  # the health check below, through the front, decides
     _, probe = health_probe(cluster)
 
@@ -224,7 +125,7 @@ def install_coordinator(run: Run):
     # a failure here is not the end: rollback.py puts the previous version back on every host
     run.health_check = server.shell(name=f"Wait for {ready_probe(cluster)[0]} (at most {s['llama_health_timeout']} s)",
                                     commands=[wait_for_health(cluster)], _if=not_healthy_now, _ignore_errors=True)
-    service("Watchdog: restart llama-server when it loses a worker", render.WATCHDOG_UNIT,
+    service("Watchdog: restart llama-server when it loses a worker", roles.WATCHDOG_UNIT,
             put_all(run, render.watchdog_files(cluster)))
     server.shell(name="The front sends requests to llama-server again", commands=[front_drain(cluster, "ready")],
                  _if=lambda: run.front_drain is not None and run.front_drain.did_change())

@@ -23,9 +23,9 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.nodes import MappingNode
 from ruamel.yaml.tokens import DocumentEndToken
 
-from .deployment import group_data_folders
-from .settings import COORDINATOR, SettingsError
-from .userdata import load_yaml
+from ..loading import group_data_folders
+from ..settings import COORDINATOR, SettingsError
+from ..userdata import load_yaml
 
 TUNE_MARK = "# llama-rpc tune:"
 DEFAULT = "default"  # settings.resolve's origin of a value that no layer sets

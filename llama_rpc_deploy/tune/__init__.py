@@ -11,7 +11,7 @@ and the front (HAProxy) drains and holds requests through each restart, so clien
 tensor caches and every other file stay. A candidate the planner finds too big for a card is never tried.
 
 Each measurement: after a warm-up, llama-server's own timings for a short-prompt and a long-prompt completion
-(generation tokens/s of both, the long prompt's processing tokens/s). The search (tune_search.search) compares
+(generation tokens/s of both, the long prompt's processing tokens/s). The search (search.search) compares
 candidates in alternation and keeps a move only when it is beyond the noise, then confirms the best against the
 deployed split. At the end, or on Ctrl-C, the deployed launch script is put back and llama-server restarted.
 """
@@ -20,16 +20,19 @@ from __future__ import annotations
 import json
 import shlex
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import client, plan, render, tune_search
-from .bench import long_prompt, model_header
-from .cluster import Cluster
-from .deployment import offline_cluster, ssh_runner
-from .loadtest import until_serving
+from .. import client, plan, render, roles
+from ..bench import PLOT_HINT, can_plot, long_prompt, model_header
+from ..cluster import Cluster
+from ..loading import data_overrides, offline_cluster
+from ..loadtest import until_serving
+from ..remote import ssh_runner
+from . import search
 
 OBJECTIVES = ("generation", "prompt", "both")
 KEYS = ("llama_n_gpu_layers", "llama_tensor_split")  # what a split sets (and --apply writes)
@@ -111,7 +114,7 @@ class Server:
 
     @property
     def script_path(self) -> str:
-        return f"{self.cluster.settings['deploy_dir']}/llama-server.sh"
+        return roles.coordinator(self.cluster).launch_script
 
     def ssh(self, command: str, input: str | None = None, timeout: float = 600) -> str:
         result = self.run(self.cluster.coordinator.name, command, input=input, timeout=timeout)
@@ -140,7 +143,7 @@ class Server:
     def restart_with(self, text: str, bound: float) -> None:
         path = shlex.quote(self.script_path)
         self.ssh(f"cat > {path}.tune && chmod 755 {path}.tune && mv {path}.tune {path} && "
-                 f"systemctl restart {render.COORDINATOR_UNIT}", input=text)
+                 f"systemctl restart {roles.COORDINATOR_UNIT}", input=text)
         if until_serving(self.cluster, bound, expect_down=False).seconds is None:
             raise RuntimeError(f"llama-server did not serve within {bound:.0f} s of its restart")
 
@@ -163,7 +166,7 @@ class Report:
     layout: Layout
     start: tuple[int, ...]
     objective: str
-    result: tune_search.TuneResult | None = None
+    result: search.TuneResult | None = None
     sweep: dict | None = None  # split -> values, for an exhaustive sweep
     samples: list[dict] = field(default_factory=list)  # every measurement: split, generation, prompt, value
     switch_seconds: list[float] = field(default_factory=list)
@@ -265,7 +268,7 @@ def run(inventory: Path, *, objective: str = "generation", budget: int = 30, rep
         measure = measurer(server, report, objective, log)
         try:
             if sweep:
-                candidates = tune_search.all_splits(sum(start), len(start), ok)
+                candidates = search.all_splits(sum(start), len(start), ok)
                 log(f"sweep: {len(candidates)} splits that fit, {repeats} rounds")
                 for r in range(repeats):
                     for split in (candidates if r % 2 == 0 else candidates[::-1]):
@@ -274,7 +277,7 @@ def run(inventory: Path, *, objective: str = "generation", budget: int = 30, rep
             else:
                 log(f"tune: from the deployed split {list(start)} ({', '.join(layout.places)}), at most {budget} "
                     f"measurements")
-                report.result = tune_search.search(start, ok, measure, budget=budget, repeats=repeats,
+                report.result = search.search(start, ok, measure, budget=budget, repeats=repeats,
                                                    confirm=confirm, log=log)
         finally:
             report.switch_seconds = server.switch_seconds
@@ -284,16 +287,39 @@ def run(inventory: Path, *, objective: str = "generation", budget: int = 30, rep
 
 
 def apply(inventory: Path, report: Report) -> Path | None:
-    """Write the best split into the group_data file it belongs in (tune_apply), with what was measured and
+    """Write the best split into the group_data file it belongs in (writeback), with what was measured and
     when; None (nothing written) when the gain was within the noise."""
-    from . import tune_apply
+    from . import writeback
 
     r = report.result
     if r is None or not r.significant or r.best == r.start:
         return None
-    path = tune_apply.target_file(offline_cluster(inventory), inventory, KEYS)
+    path = writeback.target_file(offline_cluster(inventory), inventory, KEYS)
     comment = (f"{time.strftime('%Y-%m-%d')}, {report.objective} tokens/s {r.gain:.3f}x the split "
                f"{list(r.start)} ({r.interval[0]:.3f} to {r.interval[1]:.3f}), layers per place: "
                f"{', '.join(report.places)} = {list(r.best)}")
-    tune_apply.write_settings(path, report.layout.settings(r.best), comment)
+    writeback.write_settings(path, report.layout.settings(r.best), comment)
     return path
+
+
+def command(args) -> int:
+    """`llama-rpc tune`: the report (and --json, --png); --apply writes the best split into group_data."""
+    if args.png and not can_plot():
+        print(f"error: {PLOT_HINT}", file=sys.stderr)
+        return 2
+    try:
+        report = run(args.inventory, objective=args.objective, budget=args.budget, repeats=args.repeats,
+                     sweep=args.sweep, model=args.model, overrides=data_overrides(args.data))
+    except KeyboardInterrupt:
+        print("tune: stopped; the deployed split is back in place", file=sys.stderr)
+        return 130
+    print(report.table())
+    if args.json:
+        args.json.write_text(report.to_json() + "\n")
+    if args.png:
+        report.plot(args.png)
+    if args.apply:
+        written = apply(args.inventory, report)
+        print(f"written to {written}: deploy again to use it (only llama-server restarts)" if written else
+              "nothing written: no split beyond the noise")
+    return 0
