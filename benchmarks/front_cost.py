@@ -14,6 +14,8 @@ from pathlib import Path
 from benchmarks import labkit
 from benchmarks.labkit import on
 from lab import lab
+from llama_rpc_deploy import roles
+from llama_rpc_deploy.settings import DEFAULTS
 
 COST_CLIENT = r"""
 import http.client, json, os, subprocess, sys, time
@@ -112,7 +114,8 @@ def unplace() -> None:
                       f"taskset -a -p -c 0-{last} $p >/dev/null; done", check=False)
 
 
-FRONT_CONFIG = "/opt/llama-rpc/front.cfg"  # how the client and place() find the front's HAProxy processes
+# how the client and place() find the front's HAProxy processes: its configuration on the lab's coordinator
+FRONT_CONFIG = f"{DEFAULTS['deploy_dir']}/{roles.FRONT_CONFIG}"
 
 
 def case_front_cost(cluster, pairs: int = 80, tokens: int = 128) -> dict:

@@ -24,7 +24,7 @@ from benchmarks.labkit import INVENTORY, RESULTS, ROOT, deploy, lab_hosts, limit
 from lab import lab
 from llama_rpc_deploy import client, render
 from llama_rpc_deploy.bench import time_to_first_token
-from llama_rpc_deploy.deployment import offline_cluster
+from llama_rpc_deploy.loading import offline_cluster
 from lab.testmodel import Shape, write_model
 
 FOLDER = "/models/switch"

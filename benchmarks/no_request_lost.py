@@ -48,8 +48,9 @@ from benchmarks.client_load import CLIENT_TIMEOUT, SERVED_BOUND, Load, figures
 from benchmarks.front_cost import PLACEMENTS, case_front_cost
 from benchmarks.labkit import INVENTORY, RESULTS, ROOT, cpu_model, git, log, on
 from lab import lab
-from llama_rpc_deploy import client, render
-from llama_rpc_deploy.deployment import from_cluster, offline_cluster
+from llama_rpc_deploy import client, roles
+from llama_rpc_deploy.deployment import from_cluster
+from llama_rpc_deploy.loading import offline_cluster
 from llama_rpc_deploy.loadtest import until_serving
 
 SWITCH_FOLDER = "/models/no-request-lost"
@@ -110,7 +111,7 @@ def journal(unit: str, since: float, until: float, grep: str | None = None, host
 def logs(since: float, until: float) -> dict:
     """The front's log lines in the window, counted (status, how each ended, tries again), the unusual ones kept;
     llama-server's (and its watchdog's) lines about stops, starts, drains and crashes."""
-    lines = journal(render.FRONT_UNIT, since, until)
+    lines = journal(roles.FRONT_UNIT, since, until)
     statuses, states, retries, unusual, health = Counter(), Counter(), 0, [], Counter()
     for line in lines:
         m = LINE.search(line)
@@ -125,10 +126,10 @@ def logs(since: float, until: float) -> dict:
         retries += tries
         if status != "200" or state != "----" or tries:
             unusual.append(line[-260:])
-    server = journal(render.COORDINATOR_UNIT, since, until,
+    server = journal(roles.COORDINATOR_UNIT, since, until,
                      "front-drain|Stopping|Stopped|Started|Starting|Main process exited|Failed|crash|abort|"
                      "Remote RPC|error|sleeping state|Scheduled restart|wait-for-workers|timed out|Killing")
-    watchdog = journal(render.WATCHDOG_UNIT, since, until)
+    watchdog = journal(roles.WATCHDOG_UNIT, since, until)
     reloads = [line[-200:] for line in lines if "Former worker" in line or "Reloaded" in line or "Segmentation" in line]
     crashes = [line for line in server if "Remote RPC server crashed" in line]
     return {"front_requests": sum(statuses.values()), "front_status": dict(statuses), "front_ends": dict(states),
@@ -142,7 +143,7 @@ def case_front_log(since: float, until: float) -> dict:
     """The front's answers over a whole case (its deploys and waits included): 5xx to clients by status and path,
     and the front's own 503 to GET /health (what `status`'s 5xx figure counts besides failed requests)."""
     other, health = Counter(), 0
-    for line in journal(render.FRONT_UNIT, since, until):
+    for line in journal(roles.FRONT_UNIT, since, until):
         m = LINE.search(line)
         if m and m.group(3).startswith("5"):
             if m.group(8).split("?")[0] == "/health":
@@ -268,8 +269,8 @@ def case_front_reload(cluster) -> dict:
         after(load, 3)
         at = load.now()
         steps = []
-        for when, command in ((3, f"systemctl reload {render.FRONT_UNIT}"), (6, f"systemctl stop {render.COORDINATOR_UNIT}"),
-                              (8, f"systemctl reload {render.FRONT_UNIT}"), (11, f"systemctl start {render.COORDINATOR_UNIT}")):
+        for when, command in ((3, f"systemctl reload {roles.FRONT_UNIT}"), (6, f"systemctl stop {roles.COORDINATOR_UNIT}"),
+                              (8, f"systemctl reload {roles.FRONT_UNIT}"), (11, f"systemctl start {roles.COORDINATOR_UNIT}")):
             after(load, when)
             steps.append([round(load.now(), 2), command])
             on("coordinator", command)
@@ -314,7 +315,7 @@ def case_wake(cluster) -> dict:
     served, asleep = time.monotonic(), False
     while time.monotonic() < served + 90 and not asleep:
         time.sleep(1)
-        states = journal(render.COORDINATOR_UNIT, since - 1, time.time() + 1, "sleeping state")
+        states = journal(roles.COORDINATOR_UNIT, since - 1, time.time() + 1, "sleeping state")
         asleep = bool(states) and "entering" in states[-1]
     waited = round(time.monotonic() - served, 1)
     time.sleep(1)
@@ -322,7 +323,7 @@ def case_wake(cluster) -> dict:
     def fault(load):
         return 0.0, None, {"deploy": setup, "asleep": asleep, "waited_for_sleep_s": waited}
     r = run_with_load(cluster, fault)
-    r["sleep_lines"] = [l[-160:] for l in journal(render.COORDINATOR_UNIT, since - 1, time.time(), "sleeping state")][-8:]
+    r["sleep_lines"] = [l[-160:] for l in journal(roles.COORDINATOR_UNIT, since - 1, time.time(), "sleeping state")][-8:]
     r["deploy_back"] = pyinfra()
     return r
 

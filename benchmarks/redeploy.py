@@ -19,8 +19,9 @@ from pathlib import Path
 
 from benchmarks.labkit import RESULTS, deploy as deploy_lab
 from lab import lab
-from llama_rpc_deploy.__main__ import complete
-from llama_rpc_deploy.deployment import from_cluster, offline_cluster
+from llama_rpc_deploy.client import complete
+from llama_rpc_deploy.deployment import from_cluster
+from llama_rpc_deploy.loading import offline_cluster
 
 
 def deploy(inventory: Path) -> tuple[float, dict]:
@@ -55,8 +56,8 @@ def main() -> None:
 
     lab.pin()
     try:
-        complete(inventory, "warm up", 4)
-        timings = complete(inventory, "Two computers, one model:", 64)["timings"]
+        complete(offline_cluster(inventory), "warm up", 4)
+        timings = complete(offline_cluster(inventory), "Two computers, one model:", 64)["timings"]
     finally:
         lab.pin(unpin=True)
 

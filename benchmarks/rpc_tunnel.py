@@ -30,7 +30,7 @@ from pathlib import Path
 from benchmarks.labkit import INVENTORY, RESULTS, deploy, interval, log, on
 from lab import lab
 from llama_rpc_deploy import client, load_report
-from llama_rpc_deploy.deployment import offline_cluster
+from llama_rpc_deploy.loading import offline_cluster
 from llama_rpc_deploy.loadtest import until_serving
 
 TRANSPORTS = ("tunnel", "plain")

@@ -28,7 +28,9 @@ from benchmarks.labkit import LINK, LINK_BYTES_PER_S, RESULTS, ROOT, deploy, lim
 from lab import lab
 from llama_rpc_deploy import client, transfer
 from llama_rpc_deploy.bench import PROMPT, sleeping, time_to_first_token
-from llama_rpc_deploy.deployment import from_cluster, offline_cluster, write_ssh_config
+from llama_rpc_deploy.deployment import from_cluster
+from llama_rpc_deploy.loading import offline_cluster
+from llama_rpc_deploy.remote import write_ssh_config
 from lab.testmodel import Shape, write_model
 
 BIG_MODEL = "/models/bench-big.gguf"

@@ -38,9 +38,10 @@ from pathlib import Path
 from benchmarks import cpu_account
 from benchmarks.labkit import INVENTORY, RESULTS, deploy, interval, lab_hosts, on
 from lab import lab
-from llama_rpc_deploy import client, render
+from llama_rpc_deploy import client, render, roles
 from llama_rpc_deploy.cluster import SERVICE_USER
-from llama_rpc_deploy.deployment import from_cluster, offline_cluster
+from llama_rpc_deploy.deployment import from_cluster
+from llama_rpc_deploy.loading import offline_cluster
 
 CPUSET = Path("/sys/fs/cgroup/cpuset")
 
@@ -100,7 +101,7 @@ def start_twin(cluster) -> str:
         twin_tunnel(f"worker{i}", cluster)
     twin_tunnel("coordinator", cluster)
     # the key as llama-server's container gets it: readable by the service user only (/etc/llama-rpc is root's)
-    on("coordinator", f"install -m 400 -o {SERVICE_USER} -g {SERVICE_USER} {render.API_KEY_PATH} {BARE}/api_key",
+    on("coordinator", f"install -m 400 -o {SERVICE_USER} -g {SERVICE_USER} {roles.API_KEY_PATH} {BARE}/api_key",
        check=False)
     args = [f"{BARE}/api_key" if a == render.API_KEY_MOUNT else a
             for a in words(render.llama_server_args(cluster, bool(s["llama_api_key_file"])))]

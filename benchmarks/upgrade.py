@@ -25,8 +25,9 @@ from pathlib import Path
 
 from benchmarks.labkit import INVENTORY, LINK, RESULTS, deploy, lab_hosts, limit_links, on
 from lab import lab
-from llama_rpc_deploy import facts, transfer
-from llama_rpc_deploy.deployment import from_cluster, offline_cluster
+from llama_rpc_deploy import facts, roles, transfer
+from llama_rpc_deploy.deployment import from_cluster
+from llama_rpc_deploy.loading import offline_cluster
 
 UNRELATED = ("sha256:" + "0" * 64,)
 LAYERS = "/var/tmp/layers-of-worker1"  # on the coordinator, as the deploy writes it  # an image of the worker that shares no layer with NEW
@@ -77,7 +78,7 @@ def save_and_filter(image: str) -> dict:
     filter hashes every layer tar of the legacy layout to know which to leave out."""
     timed = {}
     for name, command in (("docker_save_alone_s", f"docker save {image} > /dev/null"),
-                          ("save_and_filter_s", f"docker save {image} | python3 /opt/llama-rpc/{transfer.SKIP_LAYERS} drop > /dev/null")):
+                          ("save_and_filter_s", f"docker save {image} | python3 /opt/llama-rpc/{roles.SKIP_LAYERS} drop > /dev/null")):
         start = time.monotonic()
         on("coordinator", command)
         timed[name] = round(time.monotonic() - start, 2)
@@ -98,7 +99,7 @@ def main() -> None:
     upgrade_deploy_s = time.monotonic() - start
     new = from_cluster(offline_cluster(INVENTORY, overrides={"llama_cpp_build_number": bumped})).image
     n_changed, changed_bytes = changed_layers_compressed(old, new)
-    worker_ip, filter_path = cluster.workers[0].address, f"{cluster.settings['deploy_dir']}/{transfer.SKIP_LAYERS}"
+    worker_ip, filter_path = cluster.workers[0].address, f"{cluster.settings['deploy_dir']}/{roles.SKIP_LAYERS}"
     hosts = lab_hosts(cluster)
     image_bytes = int(on("coordinator", f"docker image inspect --format '{{{{.Size}}}}' {new}"))
     on("worker1", "systemctl stop rpc-server-watchdog rpc-server")

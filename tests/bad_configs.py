@@ -99,6 +99,11 @@ CASES = [
     Bad("two-coordinators", "coordinator = coordinator + [workers[0]]",
         ("{inv}: group coordinator has 2 hosts: expected exactly one",)),
     Bad("host-in-both-groups", "workers = workers + [coordinator[0]]", ("is listed twice (coordinator and workers",)),
+    # pyinfra merges a host listed twice in one group (the later line's data wins) without a word
+    Bad("worker-listed-twice", "workers = workers + [(workers[0][0], {})]",
+        ("{inv}: {wn} is listed 2 times in group workers: expected each host once",)),
+    Bad("coordinator-listed-twice", "coordinator = coordinator + [(coordinator[0][0], {})]",
+        ("{inv}: ", " is listed 2 times in group coordinator: expected each host once",)),
     Bad("same-rpc-endpoint", 'workers = [(n, {**d, "rpc_host": "10.99.0.1"}) for n, d in workers]',
         ("{inv}: rpc endpoint 10.99.0.1:50053 is used by two workers",)),
     Bad("example-addresses", 'coordinator = [("192.0.2.10", coordinator[0][1])]',

@@ -12,9 +12,9 @@ from openai import OpenAI
 
 from lab import lab
 from lab.testmodel import PROMPT, sentence_tokens
-from llama_rpc_deploy import client, transfer
+from llama_rpc_deploy import client, roles, transfer
 from llama_rpc_deploy.cluster import api_key
-from llama_rpc_deploy.deployment import PROJECT
+from llama_rpc_deploy.paths import PROJECT
 from llama_rpc_deploy.quoting import shell
 
 needs_docker = pytest.mark.skipif(
@@ -57,7 +57,7 @@ STATE = ("sha256sum /opt/llama-rpc/* /etc/systemd/system/rpc-server.service /etc
 
 def deployed_and_serving():
     """The lab up, deployed as its inventory says, and serving: the cluster as the tests see it."""
-    from llama_rpc_deploy.deployment import offline_cluster
+    from llama_rpc_deploy.loading import offline_cluster
     from llama_rpc_deploy.loadtest import until_serving
 
     lab.up(workers=WORKERS)
@@ -76,7 +76,7 @@ def snapshot() -> dict[str, str]:
 
 # --- the image transfer (test_lab_layers.py, test_lab_vulkan.py) ---
 
-SKIP_LAYERS_FILTER = f"/opt/llama-rpc/{transfer.SKIP_LAYERS}"
+SKIP_LAYERS_FILTER = f"/opt/llama-rpc/{roles.SKIP_LAYERS}"
 WORKER_LAYERS = "/var/tmp/layers-of-the-worker"  # on the coordinator: the layers `send` says the worker has
 NEW_BYTES = 3_000_000  # a probe image's one new layer of random bytes
 

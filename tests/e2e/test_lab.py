@@ -13,8 +13,10 @@ import sys
 import pytest
 
 from lab import lab
-from llama_rpc_deploy import render
-from llama_rpc_deploy.deployment import PROJECT, from_cluster, offline_cluster
+from llama_rpc_deploy import roles
+from llama_rpc_deploy.paths import PROJECT
+from llama_rpc_deploy.deployment import from_cluster
+from llama_rpc_deploy.loading import offline_cluster
 
 from .lab_helpers import INVENTORY, WORKERS, changed, needs_docker, on, operations, pyinfra
 
@@ -121,7 +123,7 @@ def test_two_workers_changed_in_different_ways_deploy_in_one_run(deployed, tmp_p
     assert set(changed(ops, "Install /etc/systemd/system/rpc-cache-prune")) == {worker2}
     assert changed(ops, "rpc-server running and enabled") == [worker1]  # only the launch script restarts rpc-server
     assert "--threads 2" in on(1, "cat /opt/llama-rpc/rpc-server.sh").stdout
-    assert "7 GiB" in on(2, f"cat /etc/systemd/system/{render.CACHE_PRUNE_TIMER}").stdout
+    assert "7 GiB" in on(2, f"cat /etc/systemd/system/{roles.CACHE_PRUNE_TIMER}").stdout
     # and back to the lab's own inventory: each worker puts back what it changed, nothing else
     ops = operations(pyinfra("--json"))
     assert changed(ops, "Install /opt/llama-rpc/rpc-server.sh") == [worker1]

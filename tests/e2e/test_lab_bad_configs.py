@@ -10,7 +10,8 @@ import subprocess
 import pytest
 
 from lab import lab
-from llama_rpc_deploy.deployment import PROJECT, load_inventory
+from llama_rpc_deploy.paths import PROJECT
+from llama_rpc_deploy.loading import load_inventory
 
 from .lab_helpers import WORKERS, needs_docker, snapshot
 
@@ -46,6 +47,8 @@ def refused_untouched(case: Bad, base, tmp_path) -> str:
     assert result.returncode == 1, output[-3000:]
     for words in expected_words(case, inventory, hosts.get_group("coordinator")[0].name, hosts.get_group("workers")[0].name):
         assert words in output
+    # the refusal is our own line alone: no "pyinfra error in /.../llama_rpc_deploy/x.py line N:" before it
+    assert "pyinfra error" not in output and "Traceback" not in output, output[-3000:]
     assert after == before
     return output
 

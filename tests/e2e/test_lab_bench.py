@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from lab import lab
-from llama_rpc_deploy.deployment import PROJECT
+from llama_rpc_deploy.paths import PROJECT
 
 from .lab_helpers import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra
 

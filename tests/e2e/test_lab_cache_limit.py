@@ -15,9 +15,10 @@ import pytest
 
 from lab import lab
 from llama_rpc_deploy import client
-from llama_rpc_deploy.deployment import offline_cluster
+from llama_rpc_deploy.loading import offline_cluster
 from llama_rpc_deploy.loadtest import until_serving
-from llama_rpc_deploy.render import CACHE_PRUNE_EVERY, CACHE_PRUNE_UNIT, cache_dir
+from llama_rpc_deploy.render import CACHE_PRUNE_EVERY, cache_dir
+from llama_rpc_deploy.roles import CACHE_PRUNE_UNIT
 from lab.testmodel import Shape, write_model
 
 from .lab_helpers import INVENTORY, WORKERS, deployed_and_serving, needs_docker, on, operations, pyinfra

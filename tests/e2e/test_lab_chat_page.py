@@ -21,7 +21,7 @@ import urllib.request
 import pytest
 
 from lab import lab
-from llama_rpc_deploy.deployment import PROJECT
+from llama_rpc_deploy.paths import PROJECT
 
 from .lab_helpers import WORKERS, needs_docker, operations, pyinfra
 

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from lab import lab
-from llama_rpc_deploy.deployment import PROJECT, from_cluster
+from llama_rpc_deploy.paths import PROJECT
+from llama_rpc_deploy.deployment import from_cluster
 from llama_rpc_deploy.loadtest import run_load, until_serving
 
 from .lab_helpers import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra

@@ -12,7 +12,7 @@ import pytest
 
 from lab import lab
 from lab.testmodel import write_sentence_model
-from llama_rpc_deploy.deployment import PROJECT
+from llama_rpc_deploy.paths import PROJECT
 from llama_rpc_deploy.loadtest import until_serving
 
 from .lab_helpers import INVENTORY, needs_docker, on

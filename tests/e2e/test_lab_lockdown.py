@@ -16,10 +16,10 @@ import pytest
 
 from lab import lab
 from llama_rpc_deploy import client
-from llama_rpc_deploy.deployment import offline_cluster
+from llama_rpc_deploy.loading import offline_cluster
 from llama_rpc_deploy.loadtest import until_serving
 from llama_rpc_deploy.cluster import api_key
-from llama_rpc_deploy.render import FIREWALL_CHAIN
+from llama_rpc_deploy.roles import FIREWALL_CHAIN
 
 from .lab_helpers import INVENTORY, WORKERS, needs_docker, on, operations, pyinfra
 

@@ -16,7 +16,7 @@ from matplotlib import image as mpimg
 
 from lab import lab
 from llama_rpc_deploy import load_report
-from llama_rpc_deploy.deployment import offline_cluster
+from llama_rpc_deploy.loading import offline_cluster
 from llama_rpc_deploy.gguf_header import projector_bytes, read_model
 from llama_rpc_deploy.plan import MIB, plan_cluster
 from lab.testmodel import PROMPT, SENTENCE, sentence_tokens, write_sentence_model

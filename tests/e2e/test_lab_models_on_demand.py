@@ -13,7 +13,7 @@ import pytest
 
 from lab import lab
 from llama_rpc_deploy import client, load_report
-from llama_rpc_deploy.deployment import offline_cluster
+from llama_rpc_deploy.loading import offline_cluster
 from llama_rpc_deploy.gguf_header import read_model
 from llama_rpc_deploy.plan import MIB, plan_cluster
 from lab.testmodel import PROMPT, PROMPT_2, SENTENCE, SENTENCE_2, write_sentence_model

@@ -19,7 +19,7 @@ from openai import OpenAI
 from llama_rpc_deploy import client
 from llama_rpc_deploy.cluster import api_key
 from llama_rpc_deploy.loadtest import run_load, until_serving
-from llama_rpc_deploy.render import FRONT_SOCKET
+from llama_rpc_deploy.roles import FRONT_SOCKET
 
 from .lab_helpers import changed, needs_docker, on, operations, pyinfra
 

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from lab import lab
-from llama_rpc_deploy.deployment import STATE as CONTROL_STATE
+from llama_rpc_deploy.paths import STATE as CONTROL_STATE
 from llama_rpc_deploy.phases.build import FIRST_LOOK_SECONDS
 from llama_rpc_deploy.settings import DEFAULTS
 from llama_rpc_deploy.source import pack_tree, record, sha256_file

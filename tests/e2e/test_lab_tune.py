@@ -11,7 +11,7 @@ import pytest
 
 from llama_rpc_deploy import load_report, tune
 from llama_rpc_deploy.bench import model_header
-from llama_rpc_deploy.deployment import ssh_runner
+from llama_rpc_deploy.remote import ssh_runner
 from llama_rpc_deploy.loadtest import run_load
 from llama_rpc_deploy.plan import MIB, Context, place
 

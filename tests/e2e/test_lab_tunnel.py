@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from lab import lab
-from llama_rpc_deploy import tunnel
+from llama_rpc_deploy import roles, tunnel
 from llama_rpc_deploy.loadtest import run_load, until_serving
 from llama_rpc_deploy.paths import STATE
 
@@ -142,7 +142,7 @@ def test_keys_rotate_with_one_setting_and_no_request_fails(cluster):
     new_ca = sha256(STATE / "tunnel" / "2" / "ca.crt")
     assert new_ca != sha256(STATE / "tunnel" / "1" / "ca.crt")
     for index in range(WORKERS + 1):
-        assert on(index, f"sha256sum {tunnel.TUNNEL_DIR}/ca.crt").stdout.split()[0] == new_ca
+        assert on(index, f"sha256sum {roles.TUNNEL_DIR}/ca.crt").stdout.split()[0] == new_ca
     assert sorted(changed(ops, "new keys or peers read again")) == sorted([cluster.coordinator.name] + [w.name for w in cluster.workers])
     assert changed(ops, "restarted") == []  # neither llama-server, nor rpc-server, nor a tunnel
     # the next connections use the new keys: llama-server restarted, through the tunnels, serves
@@ -153,7 +153,7 @@ def test_keys_rotate_with_one_setting_and_no_request_fails(cluster):
     # back to generation 1 (the inventory sets none): the old keys again, still no restart
     ops = operations(pyinfra("--json"))
     assert changed(ops, "restarted") == []
-    assert on(1, f"sha256sum {tunnel.TUNNEL_DIR}/ca.crt").stdout.split()[0] == sha256(STATE / "tunnel" / "1" / "ca.crt")
+    assert on(1, f"sha256sum {roles.TUNNEL_DIR}/ca.crt").stdout.split()[0] == sha256(STATE / "tunnel" / "1" / "ca.crt")
 
 
 def test_a_tunnel_key_others_can_read_stops_the_deploy_before_any_host_is_touched(cluster):

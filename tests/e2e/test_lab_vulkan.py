@@ -16,7 +16,9 @@ import pytest
 
 from lab import lab
 from lab.testmodel import SENTENCE, sentence_tokens
-from llama_rpc_deploy.deployment import PROJECT, from_cluster, offline_cluster
+from llama_rpc_deploy.paths import PROJECT
+from llama_rpc_deploy.deployment import from_cluster
+from llama_rpc_deploy.loading import offline_cluster
 from llama_rpc_deploy.loadtest import until_serving
 
 from llama_rpc_deploy import facts

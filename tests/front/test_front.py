@@ -31,7 +31,7 @@ import openai
 import pytest
 
 from lab.lab import free_ports
-from llama_rpc_deploy import programs, render, status
+from llama_rpc_deploy import programs, render, roles, status
 
 from ..unit.helpers import cluster
 
@@ -213,7 +213,7 @@ class Front:
         files = render.front_files(c)
         self.socket, self.flag = self.dir / "admin.sock", self.dir / "llama-rpc-no-drain"
         cfg = files[f"{DEPLOY_DIR}/front.cfg"]
-        for old, new in ((f"stats socket {render.FRONT_SOCKET} ", f"stats socket {self.socket} "),
+        for old, new in ((f"stats socket {roles.FRONT_SOCKET} ", f"stats socket {self.socket} "),
                          (f"lua-load {DEPLOY_DIR}/front.lua\n", f"lua-load {self.dir}/front.lua\n"),
                          ("abns@llama-front-hold ", f"abns@llama-front-hold-test-{os.getpid()}-{self.port} ")):
             assert old in cfg, old

@@ -1,16 +1,16 @@
 """What the unit tests share (no test module imports another): clusters built from plain dicts, through the same
-layers (settings.layers) and checks as the deploy; the image tag they render with and the words of a rendered
+layers (settings.scopes) and checks as the deploy; the image tag they render with and the words of a rendered
 launch script; two llama.cpp sources; a model of the seed pair's size; a corpus of shell words; fewer examples
 for a dear property test under Hypothesis' ci profile."""
 import os
 import shlex
 
 from llama_rpc_deploy import cluster as cluster_
-from llama_rpc_deploy.cluster_checks import build
+from llama_rpc_deploy.cluster_checks import checked_cluster
 from llama_rpc_deploy.gguf_header import ModelInfo
 from llama_rpc_deploy.image import FILES
 from llama_rpc_deploy.render import coordinator_files
-from llama_rpc_deploy.settings import layers
+from llama_rpc_deploy.settings import scopes
 from llama_rpc_deploy.source import Source
 
 MODEL = "/srv/models/lmstudio-community/gemma-4-31B-it-qat-UD-Q4_K_XL.gguf"
@@ -24,8 +24,8 @@ CORPUS = ["plain", "two words", "it's", 'say "hi"', "$(id)", "`id`", "a;b", "a&b
 
 
 def host(name, role, data, all_data=None, groups=(), overrides=None):
-    """One HostPlan: data is the host's own data in the inventory; groups: [(group name, its data)]."""
-    return cluster_.host_plan(name, layers(name, role, overrides=overrides or {}, host_data=data, groups=list(groups),
+    """One ClusterHost: data is the host's own data in the inventory; groups: [(group name, its data)]."""
+    return cluster_.cluster_host(name, scopes(name, role, overrides=overrides or {}, host_data=data, groups=list(groups),
                                            all_data={"llama_model_path": MODEL, **(all_data or {})},
                                            inventory_file="inventory.py"))
 
@@ -35,7 +35,7 @@ def cluster(coordinator=None, workers=(None,), all_data=None, names=None):
     names = names or ["10.0.0.10"] + [f"10.0.0.{20 + i}" for i in range(len(workers))]
     c = host(names[0], "coordinator", {"gpus": ["RTX 4080"], **(coordinator or {})}, all_data)
     ws = [host(n, "workers", {"gpus": ["RTX 5060 Ti"], **(w or {})}, all_data) for n, w in zip(names[1:], workers)]
-    return build([c], ws)
+    return checked_cluster([c], ws)
 
 
 def server_script(c, image=IMAGE):

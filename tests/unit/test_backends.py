@@ -7,7 +7,9 @@ import pytest
 from llama_rpc_deploy import image, plan, render, status
 from llama_rpc_deploy.cluster import cuda_architectures
 from llama_rpc_deploy.cluster_checks import OLD_VULKAN_BASES
-from llama_rpc_deploy.deployment import Deployment, backend_is_in_the_tree, gpus_inventory, offline_cluster
+from llama_rpc_deploy.deployment import Deployment, backend_is_in_the_tree
+from llama_rpc_deploy.plan import gpus_inventory
+from llama_rpc_deploy.loading import offline_cluster
 from llama_rpc_deploy.facts import RenderNodes
 from llama_rpc_deploy.gpus import lookup
 from llama_rpc_deploy.settings import SettingsError
@@ -168,7 +170,7 @@ Devices:
 
 def test_the_devices_of_rpc_servers_last_start_are_read_from_its_log():
     """The awk program of the worker's status script, on a journal of two starts: only the last one's devices."""
-    script = status.host_script(cluster().workers[0], "workers")
+    script = status.host_script(c := cluster(), c.workers[0])
     line = next(x for x in script.splitlines() if x.startswith("echo '== rpc devices'"))
     program = line.split("| awk ", 1)[1]
     result = subprocess.run(["bash", "-c", f"awk {program}"], input=LOG, capture_output=True, text=True)

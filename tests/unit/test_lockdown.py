@@ -6,8 +6,8 @@ import pytest
 
 from llama_rpc_deploy import client
 from llama_rpc_deploy.cluster import SERVICE_USER
-from llama_rpc_deploy.render import (API_KEY_PATH, FIREWALL_UNIT, WORKER_UNIT, coordinator_files, firewall_files,
-                                     worker_files)
+from llama_rpc_deploy.render import coordinator_files, firewall_files, worker_files
+from llama_rpc_deploy.roles import API_KEY_PATH, FIREWALL_UNIT, WORKER_UNIT
 from llama_rpc_deploy.settings import SettingsError
 
 from .helpers import IMAGE, cluster, flag, server_script, words

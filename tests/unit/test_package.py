@@ -27,6 +27,8 @@ def test_the_package_list_leaves_lab_out_and_matplotlib_is_an_extra():
     packages = PYPROJECT["tool"]["setuptools"]["packages"]
     assert "llama_rpc_deploy" in packages
     assert not [p for p in packages if p.split(".")[0] != "llama_rpc_deploy"], packages
+    subpackages = {".".join(init.parent.relative_to(ROOT).parts) for init in (ROOT / "llama_rpc_deploy").rglob("__init__.py")}
+    assert subpackages <= set(packages), f"not installed: {sorted(subpackages - set(packages))}"
     dependencies = [d.split("=")[0].split(">")[0].split("<")[0].strip().lower() for d in PYPROJECT["project"]["dependencies"]]
     assert "matplotlib" not in dependencies and "numpy" not in dependencies
     assert PYPROJECT["project"]["optional-dependencies"]["plot"] == ["matplotlib>=3.8"]
@@ -73,7 +75,7 @@ def test_testmodel_from_a_subfolder_of_the_checkout_puts_the_checkout_on_sys_pat
 
 def test_bench_png_without_matplotlib_says_how_to_get_it_before_measuring(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bench, "can_plot", lambda: False)
-    monkeypatch.setattr(cli, "offline_cluster", lambda *a, **k: pytest.fail("the inventory was read"))
+    monkeypatch.setattr(bench, "offline_cluster", lambda *a, **k: pytest.fail("the inventory was read"))
     assert cli.main(["bench", "-i", str(tmp_path / "none.py"), "--png", str(tmp_path / "x.png")]) == 2
     out, err = capsys.readouterr()
     assert err == "error: bench --png needs matplotlib: pip install 'llama-rpc-deploy[plot]'\n"

@@ -3,7 +3,8 @@ unedited, with only --model; and with --gpus, with no inventory at all. The depl
 import pytest
 
 from llama_rpc_deploy.__main__ import main
-from llama_rpc_deploy.deployment import gpus_inventory, offline_cluster
+from llama_rpc_deploy.plan import gpus_inventory
+from llama_rpc_deploy.loading import offline_cluster
 from llama_rpc_deploy.paths import PROJECT
 from llama_rpc_deploy.settings import SettingsError
 

@@ -15,10 +15,8 @@ import threading
 
 import pytest
 
-from llama_rpc_deploy import programs, render
-from llama_rpc_deploy.programs import (FILES, PROGRAMS, WATCHDOG_LIBRARY, cache_prune_env, env_file, firewall_env,
-                                       front_drain_env, llama_server_watchdog_env, rpc_server_watchdog_env,
-                                       wait_for_workers_env)
+from llama_rpc_deploy import programs, render, roles
+from llama_rpc_deploy.programs import FILES, PROGRAMS, WATCHDOG_LIBRARY, cache_prune_env, env_file, firewall_env, front_drain_env, llama_server_watchdog_env, rpc_server_watchdog_env, wait_for_workers_env
 
 from .helpers import IMAGE, cluster
 ENDPOINT = "10.0.0.20:50052"
@@ -827,19 +825,19 @@ def test_the_deploy_ships_each_program_unchanged_next_to_its_settings():
     # the watchdog looks at llama-server's connections to the tunnels' ends and at the tunnels' own to the workers
     assert files["/opt/llama-rpc/llama-server-watchdog.env"] == llama_server_watchdog_env(
         endpoints=endpoints, remotes=remotes, interval=5, retransmissions=7, grace=15, server_unit=SERVER_UNIT,
-        no_drain_flag=render.NO_DRAIN_FLAG)
+        no_drain_flag=roles.NO_DRAIN_FLAG)
     # the watchdog leaves its file where front-drain.sh looks for it
     assert files["/opt/llama-rpc/front-drain.env"] == front_drain_env(
-        socket=render.FRONT_SOCKET, backend=render.FRONT_BACKEND, server=render.FRONT_SERVER, drain_seconds=30,
-        no_drain_flag=render.NO_DRAIN_FLAG)
+        socket=roles.FRONT_SOCKET, backend=render.FRONT_BACKEND, server=render.FRONT_SERVER, drain_seconds=30,
+        no_drain_flag=roles.NO_DRAIN_FLAG)
     assert files["/opt/llama-rpc/front.lua"] == programs.text(programs.FRONT_LUA) == (FILES / "front.lua").read_text()
     assert files["10.0.0.21:/opt/llama-rpc/rpc-server-watchdog.env"] == rpc_server_watchdog_env(
         port=50052, interval=5, patience=20, server_unit=WORKER_UNIT)
-    for unit, name in ((f"/etc/systemd/system/{render.WATCHDOG_UNIT}", "llama-server-watchdog.sh"),
-                       (f"10.0.0.20:/etc/systemd/system/{render.WORKER_WATCHDOG_UNIT}", "rpc-server-watchdog.sh"),
-                       (f"10.0.0.20:/etc/systemd/system/{render.FIREWALL_UNIT}", "rpc-firewall.sh")):
+    for unit, name in ((f"/etc/systemd/system/{roles.WATCHDOG_UNIT}", "llama-server-watchdog.sh"),
+                       (f"10.0.0.20:/etc/systemd/system/{roles.WORKER_WATCHDOG_UNIT}", "rpc-server-watchdog.sh"),
+                       (f"10.0.0.20:/etc/systemd/system/{roles.FIREWALL_UNIT}", "rpc-firewall.sh")):
         assert f"ExecStart=\"/opt/llama-rpc/{name}\"\n" in files[unit] and "WantedBy=multi-user.target" in files[unit]
-    assert "Restart=always" in files[f"/etc/systemd/system/{render.WATCHDOG_UNIT}"]
+    assert "Restart=always" in files[f"/etc/systemd/system/{roles.WATCHDOG_UNIT}"]
 
 
 @pytest.mark.parametrize("allow,ipv4,ipv6", [
@@ -949,5 +947,5 @@ def test_the_deploy_keeps_each_workers_cache_under_its_own_limit():
         cache_dir="/srv/tensors/rpc", max_bytes=1 << 29, min_age=render.CACHE_MIN_AGE)
     assert files["10.0.0.21:/opt/llama-rpc/rpc-cache-prune.env"] == cache_prune_env(
         cache_dir="/var/cache/llama-rpc/rpc", max_bytes=64 << 30, min_age=render.CACHE_MIN_AGE)
-    timer = files[f"10.0.0.20:/etc/systemd/system/{render.CACHE_PRUNE_TIMER}"]
+    timer = files[f"10.0.0.20:/etc/systemd/system/{roles.CACHE_PRUNE_TIMER}"]
     assert "OnUnitActiveSec=30" in timer and "WantedBy=timers.target" in timer and "0.5 GiB" in timer

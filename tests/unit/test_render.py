@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from llama_rpc_deploy import programs, render
-from llama_rpc_deploy.render import COORDINATOR_UNIT, WORKER_UNIT, coordinator_files, worker_files
+from llama_rpc_deploy import programs, render, roles
+from llama_rpc_deploy.render import coordinator_files, worker_files
+from llama_rpc_deploy.roles import COORDINATOR_UNIT, WORKER_UNIT
 
 from .helpers import IMAGE, MODEL, cluster, flag, server_script, words
 
@@ -130,7 +131,7 @@ def haproxy_check(tmp_path, files):
     assert os.path.exists(HAPROXY), f"{HAPROXY} is missing: apt-get install haproxy (scripts/setup-machine.sh does)"
     (tmp_path / "front.lua").write_text(files[FRONT_LUA])
     cfg = files[FRONT_CFG].replace(f"lua-load {FRONT_LUA}\n", f"lua-load {tmp_path / 'front.lua'}\n")
-    cfg = cfg.replace(f"stats socket {render.FRONT_SOCKET} ", f"stats socket {tmp_path / 'admin.sock'} ")
+    cfg = cfg.replace(f"stats socket {roles.FRONT_SOCKET} ", f"stats socket {tmp_path / 'admin.sock'} ")
     assert str(tmp_path) in cfg.split("lua-load", 1)[1] and "admin.sock" in cfg
     if os.geteuid() != 0:
         cfg = re.sub(r"(?m)^\s*(user|group) haproxy\n", "", cfg)
@@ -177,7 +178,7 @@ def test_the_front_listens_for_clients_and_sends_to_llama_server_on_loopback():
     assert section(cfg, "frontend api")[-1] == f"default_backend {render.FRONT_BACKEND}"
     assert section(cfg, "frontend hold")[-1] == "default_backend held"
     assert f"backend {render.FRONT_BACKEND}" in cfg
-    assert lines(cfg, "stats socket") == [f"stats socket {render.FRONT_SOCKET} mode 600 level admin"]
+    assert lines(cfg, "stats socket") == [f"stats socket {roles.FRONT_SOCKET} mode 600 level admin"]
     assert lines(cfg, "lua-load") == [f"lua-load {FRONT_LUA}"]
     # the API address: llama_host when set, an IPv6 one in brackets
     assert section(front(cluster(all_data={"llama_host": "fd00::10"}))[FRONT_CFG], "frontend api")[0] == \
@@ -215,8 +216,8 @@ def test_the_front_settings_show_up_where_they_act():
     assert [line.rsplit("Retry-After", 1)[1].split()[0] for line in short.splitlines() if "Retry-After" in line] == \
         ["5", "5"]
     assert files["/opt/llama-rpc/front-drain.env"] == programs.front_drain_env(
-        socket=render.FRONT_SOCKET, backend=render.FRONT_BACKEND, server=render.FRONT_SERVER, drain_seconds=77,
-        no_drain_flag=render.NO_DRAIN_FLAG)
+        socket=roles.FRONT_SOCKET, backend=render.FRONT_BACKEND, server=render.FRONT_SERVER, drain_seconds=77,
+        no_drain_flag=roles.NO_DRAIN_FLAG)
     assert "DRAIN_SECONDS=120\n" in base_files["/opt/llama-rpc/front-drain.env"]
     # llama-server's stop: the drain, then docker's own 20 s, inside TimeoutStopSec
     unit = coordinator_files(c, IMAGE)[f"/etc/systemd/system/{COORDINATOR_UNIT}"]
@@ -240,11 +241,11 @@ def test_llama_server_unit_drains_the_front_around_its_stop_and_start():
 def test_the_front_ships_its_files_and_unit():
     files = front(cluster())
     assert set(files) == {FRONT_CFG, FRONT_LUA, "/opt/llama-rpc/front-drain.sh", "/opt/llama-rpc/front-drain.env",
-                          f"/etc/systemd/system/{render.FRONT_UNIT}"}
+                          f"/etc/systemd/system/{roles.FRONT_UNIT}"}
     assert files[FRONT_LUA] == (programs.FILES / "front.lua").read_text()
     assert files["/opt/llama-rpc/front-drain.sh"] == (programs.FILES / "front-drain.sh").read_text()
-    unit = files[f"/etc/systemd/system/{render.FRONT_UNIT}"]
+    unit = files[f"/etc/systemd/system/{roles.FRONT_UNIT}"]
     assert f'ExecStart=/usr/sbin/haproxy -Ws -f "{FRONT_CFG}"' in unit
     assert f'ExecStartPre=/usr/sbin/haproxy -q -c -f "{FRONT_CFG}"' in unit
-    assert f"RuntimeDirectory={Path(render.FRONT_SOCKET).parent.name}" in unit
+    assert f"RuntimeDirectory={Path(roles.FRONT_SOCKET).parent.name}" in unit
     assert "Restart=always" in unit and "WantedBy=multi-user.target" in unit

@@ -78,11 +78,15 @@ def test_run_of_builds_one_run_per_pyinfra_state(run, monkeypatch):
     assert len(built) == 2, f"Run.of built {len(built)} Runs for two pyinfra states"
 
 
-def test_one_run_per_pyinfra_state_and_the_split_reaches_every_later_phase(run):
+def test_one_run_per_pyinfra_state_and_the_settled_split_reaches_every_later_phase(run):
     class State:  # pyinfra's State: Run.of attaches itself to it
         llama_rpc_run = run
     assert Run.of(State, inventory=None) is run
-    run.use_split([3, 5])
+    assert not run.settled
+    run.settle(run.deployment.with_split([3, 5]))  # as phases/checks.settle does, once
+    assert run.settled and Run.of(State, inventory=None).deployment.cluster.settings["llama_tensor_split"] == [3, 5]
+    with pytest.raises(RuntimeError, match="settled already"):  # no phase changes the Cluster afterwards
+        run.settle(run.deployment.with_split([4, 4]))
     assert run.deployment.cluster.settings["llama_tensor_split"] == [3, 5]
     run.keep_replaced("10.0.0.10", "/opt/llama-rpc/llama-server.sh")
     assert run.replaced["10.0.0.10"] == ["/opt/llama-rpc/llama-server.sh"]

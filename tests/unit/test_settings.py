@@ -2,8 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_rpc_deploy.settings import (DEFAULTS, SETTINGS, Layer, SettingsError, layers, resolve, settings_table,
-                                       with_table)
+from llama_rpc_deploy.settings import DEFAULTS, SETTINGS, Scope, SettingsError, scopes, resolve, settings_table, with_table
 
 
 def test_defaults_pass_their_own_checks():
@@ -14,7 +13,7 @@ def test_defaults_pass_their_own_checks():
 
 def host_layers(role="coordinator", **kwargs):
     parts = {"overrides": {}, "host_data": {}, "groups": [], "all_data": {}} | kwargs
-    return layers("10.0.0.2", role, inventory_file="inventory.py", **parts)
+    return scopes("10.0.0.2", role, inventory_file="inventory.py", **parts)
 
 
 def test_precedence_data_then_host_then_groups_then_all_then_default():
@@ -40,7 +39,7 @@ def test_yaml_origins_name_file_line_and_column():
 
 
 def test_pyinfra_connector_keys_are_not_ours():
-    values, _ = resolve([Layer("inventory.py", {"ssh_user": "root", "ssh_port": 2222, "_sudo": True})])
+    values, _ = resolve([Scope("inventory.py", {"ssh_user": "root", "ssh_port": 2222, "_sudo": True})])
     assert set(values) == set(DEFAULTS)
 
 
@@ -56,14 +55,14 @@ def test_pyinfra_connector_keys_are_not_ours():
 ])
 def test_bad_value_names_file_key_value_and_expectation(key, value, words):
     with pytest.raises(SettingsError) as error:
-        resolve([Layer("group_data/all.py", {key: value})])
+        resolve([Scope("group_data/all.py", {key: value})])
     assert str(error.value).startswith("group_data/all.py: ")
     assert words in str(error.value)
 
 
 def test_unknown_key_suggests_the_nearest():
     with pytest.raises(SettingsError, match=r"group_data/workers.py: unknown setting 'rpc_prot' \(did you mean 'rpc_port'\?\)"):
-        resolve([Layer("group_data/workers.py", {"rpc_prot": 50052})])
+        resolve([Scope("group_data/workers.py", {"rpc_prot": 50052})])
 
 
 @pytest.mark.parametrize("role,where,key", [

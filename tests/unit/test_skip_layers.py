@@ -11,10 +11,10 @@ import tarfile
 
 import pytest
 
-from llama_rpc_deploy import transfer
+from llama_rpc_deploy import roles, transfer
 from llama_rpc_deploy.image import FILES
 
-SCRIPT = FILES / transfer.SKIP_LAYERS
+SCRIPT = FILES / roles.SKIP_LAYERS
 spec = importlib.util.spec_from_file_location("skip_layers", SCRIPT)
 skip_layers = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(skip_layers)

@@ -4,7 +4,7 @@ import shlex
 
 import pytest
 
-from llama_rpc_deploy import render, status
+from llama_rpc_deploy import render, roles, status
 
 from .helpers import cluster
 
@@ -80,22 +80,22 @@ def test_the_coordinators_load_report_and_a_failed_service():
 
 def test_each_host_gets_the_script_of_its_role():
     c = cluster()
-    worker = status.host_script(c.workers[0], "workers")
+    worker = status.host_script(c, c.workers[0])
     assert "rpc-cache-prune.timer" in worker and "/var/cache/llama-rpc/rpc" in worker and "== log" not in worker
-    coordinator = status.host_script(c.coordinator, "coordinator")
+    coordinator = status.host_script(c, c.coordinator)
     assert "llama-server.service" in coordinator and "buffer size|CLIP using" in coordinator
 
 
 # What the deploy installs and starts per role (llama_rpc_deploy/phases/services.py): the firewall only
 # with rpc_firewall; the cache prune runs from its timer, so the timer is what status asks about.
 DEPLOYED_UNITS = {
-    "coordinator": [render.COORDINATOR_UNIT, render.WATCHDOG_UNIT, render.FRONT_UNIT, render.TUNNEL_UNIT],
-    "workers": [render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, render.FIREWALL_UNIT, render.CACHE_PRUNE_TIMER,
-                render.TUNNEL_UNIT],
-    "worker without rpc_firewall": [render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, render.CACHE_PRUNE_TIMER,
-                                    render.TUNNEL_UNIT],
-    "plain coordinator": [render.COORDINATOR_UNIT, render.WATCHDOG_UNIT, render.FRONT_UNIT],
-    "plain worker": [render.WORKER_UNIT, render.WORKER_WATCHDOG_UNIT, render.FIREWALL_UNIT, render.CACHE_PRUNE_TIMER],
+    "coordinator": [roles.COORDINATOR_UNIT, roles.WATCHDOG_UNIT, roles.FRONT_UNIT, roles.TUNNEL_UNIT],
+    "workers": [roles.WORKER_UNIT, roles.WORKER_WATCHDOG_UNIT, roles.FIREWALL_UNIT, roles.CACHE_PRUNE_TIMER,
+                roles.TUNNEL_UNIT],
+    "worker without rpc_firewall": [roles.WORKER_UNIT, roles.WORKER_WATCHDOG_UNIT, roles.CACHE_PRUNE_TIMER,
+                                    roles.TUNNEL_UNIT],
+    "plain coordinator": [roles.COORDINATOR_UNIT, roles.WATCHDOG_UNIT, roles.FRONT_UNIT],
+    "plain worker": [roles.WORKER_UNIT, roles.WORKER_WATCHDOG_UNIT, roles.FIREWALL_UNIT, roles.CACHE_PRUNE_TIMER],
 }
 
 
@@ -127,7 +127,7 @@ def test_status_asks_about_every_unit_the_deploy_installs(role, firewall, transp
     c = cluster(workers=[{"rpc_firewall": firewall, "rpc_transport": transport}])
     host = c.coordinator if role == "coordinator" else c.workers[0]
     # what the deploy installs for this cluster: the tunnel's unit where tunnel_files renders one
-    script = status.host_script(host, role, tunnel=bool(render.tunnel_files(c, host)))
+    script = status.host_script(c, host)
     asked = _asked_units(script)
     skipped, added = sorted(set(expected) - set(asked)), sorted(set(asked) - set(expected))
     assert not skipped and not added, f"the {role}'s status script skips {skipped}, adds {added}"
@@ -146,10 +146,10 @@ def test_the_deployed_units_are_the_ones_render_writes():
     """Every systemd unit rendered for a role is in DEPLOYED_UNITS (or is started by one of them)."""
     c = cluster(workers=[{"rpc_firewall": True}])
     w = c.workers[0]
-    started_by_a_timer = {render.CACHE_PRUNE_UNIT}
+    started_by_a_timer = {roles.CACHE_PRUNE_UNIT}
 
     def units(files):
-        return {path.rsplit("/", 1)[1] for path in files if path.startswith(render.UNIT_DIR + "/")}
+        return {path.rsplit("/", 1)[1] for path in files if path.startswith(roles.UNIT_DIR + "/")}
     worker = units({**render.worker_files(c, w, "img"), **render.firewall_files(c, w), **render.tunnel_files(c, w),
                     **render.worker_watchdog_files(w), **render.cache_prune_files(w)})
     coordinator = units({**render.coordinator_files(c, "img"), **render.watchdog_files(c), **render.front_files(c),

@@ -1,5 +1,5 @@
-"""`tune --apply` writes the best split into group_data: into the file each setting came from (tune_apply.target_file),
-changing only those settings' lines and the '# llama-rpc tune:' comment above them (tune_apply.write_settings); the
+"""`tune --apply` writes the best split into group_data: into the file each setting came from (writeback.target_file),
+changing only those settings' lines and the '# llama-rpc tune:' comment above them (writeback.write_settings); the
 file then reads back, with the project's own reader and through pyinfra's, as the new values."""
 import os
 import shutil
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from llama_rpc_deploy.deployment import offline_cluster
+from llama_rpc_deploy.loading import offline_cluster
 from llama_rpc_deploy.paths import PROJECT
 from llama_rpc_deploy.settings import SettingsError
-from llama_rpc_deploy.tune_apply import ApplyError, target_file, write_settings
+from llama_rpc_deploy.tune.writeback import ApplyError, target_file, write_settings
 from llama_rpc_deploy.userdata import group_vars
 
 from llama_rpc_deploy.tune import KEYS  # what tune writes

@@ -1,4 +1,4 @@
-"""tune's search (tune_search): the candidates (neighbours, all_splits), the bootstrap ratio and the pattern search,
+"""tune's search (tune.search): the candidates (neighbours, all_splits), the bootstrap ratio and the pattern search,
 against a synthetic machine: tokens/s = 1 / (sum(layers_i * cost_i) + hop), with Gaussian noise of a few % and,
 where said, a slow drift over the calls. The seeds are fixed, so every run sees the same noise."""
 import functools
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llama_rpc_deploy.tune_search import all_splits, corners, neighbours, ratio_interval, search
+from llama_rpc_deploy.tune.search import all_splits, corners, neighbours, ratio_interval, search
 
 from .helpers import ci_examples
 

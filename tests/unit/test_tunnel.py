@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lab.lab import free_ports
-from llama_rpc_deploy import render, tunnel
+from llama_rpc_deploy import render, roles, tunnel
 from llama_rpc_deploy.settings import SettingsError
 
 from .helpers import cluster
@@ -67,7 +67,7 @@ def start(config: str, keys: dict[str, Path], folder: Path) -> subprocess.Popen:
     for dest, src in keys.items():
         shutil.copy(src, folder / Path(dest).name)
     path = folder / "stunnel.conf"
-    path.write_text(config.replace(tunnel.TUNNEL_DIR, str(folder)))
+    path.write_text(config.replace(roles.TUNNEL_DIR, str(folder)))
     return subprocess.Popen(["stunnel4", str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -93,7 +93,7 @@ def pair(tmp_path):
     keys = tunnel.ensure(state, 1, [COORDINATOR, WORKER], "test")
     got = rpc_server(rpc_port)
     worker = c.workers[0]
-    config = f"{worker.settings['deploy_dir']}/{render.TUNNEL_CONFIG}"
+    config = f"{worker.settings['deploy_dir']}/{roles.TUNNEL_CONFIG}"
     processes = [start(render.tunnel_files(c, worker)[config], tunnel.host_sources(keys, WORKER), tmp_path / "worker"),
                  start(render.tunnel_files(c, c.coordinator)[config], tunnel.host_sources(keys, COORDINATOR),
                        tmp_path / "coordinator")]

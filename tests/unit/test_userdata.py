@@ -49,7 +49,7 @@ def test_pyinfra_reads_the_shipped_group_data_with_origins():
 
 def test_the_settings_schema_skips_origins_and_names_them():
     data = group_vars(GROUP_DATA / "all.py")
-    values, sources = settings.resolve([settings.Layer("group_data/all.py", data)])
+    values, sources = settings.resolve([settings.Scope("group_data/all.py", data)])
     assert values["llama_model_path"].endswith("gemma-4-31B-it-qat-UD-Q4_K_XL.gguf")
     assert sources["llama_model_path"] == data["_origins"]["llama_model_path"] == "group_data/all.yml:9:19"
 

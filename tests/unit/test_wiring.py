@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pyinfra.api import State
 
-from llama_rpc_deploy import render
+from llama_rpc_deploy import roles
 from llama_rpc_deploy.paths import PROJECT
 
 from .. import wiring
@@ -42,8 +42,8 @@ def prepare(tmp_path: Path, monkeypatch, changed: dict[str, set[str]], workers_d
 
 
 # Paths as the deploy installs them (group_data's deploy_dir is /opt/llama-rpc)
-SCRIPT, UNIT = "/opt/llama-rpc/rpc-server.sh", f"{render.UNIT_DIR}/{render.WORKER_UNIT}"
-WATCHDOG, LLAMA_SERVER = f"{render.UNIT_DIR}/{render.WORKER_WATCHDOG_UNIT}", "/opt/llama-rpc/llama-server.sh"
+SCRIPT, UNIT = "/opt/llama-rpc/rpc-server.sh", f"{roles.UNIT_DIR}/{roles.WORKER_UNIT}"
+WATCHDOG, LLAMA_SERVER = f"{roles.UNIT_DIR}/{roles.WORKER_WATCHDOG_UNIT}", "/opt/llama-rpc/llama-server.sh"
 
 
 def test_workers_with_different_changes_order_and_fill_the_run_records(tmp_path, monkeypatch):
@@ -72,7 +72,7 @@ def test_workers_with_different_changes_order_and_fill_the_run_records(tmp_path,
 def test_an_extra_group_reads_the_same_in_the_deploy_and_the_commands(tmp_path, monkeypatch):
     """A host in a group of its own (`big`, with group_data/big.yml beside the inventory): the deploy, and
     `plan`, `status`, the preflight and testinfra (deployment.offline_cluster) see the same settings."""
-    from llama_rpc_deploy.deployment import offline_cluster
+    from llama_rpc_deploy.loading import offline_cluster
 
     group_data = tmp_path / "group_data"
     group_data.mkdir(parents=True)
@@ -91,7 +91,7 @@ def test_an_extra_group_reads_the_same_in_the_deploy_and_the_commands(tmp_path, 
 
 def test_an_extra_group_of_workers_only_refuses_a_setting_only_the_coordinator_reads(tmp_path, monkeypatch):
     """As group_data/workers.yml does: a group whose hosts are all workers applies to the workers."""
-    from llama_rpc_deploy.deployment import offline_cluster
+    from llama_rpc_deploy.loading import offline_cluster
     from llama_rpc_deploy.settings import SettingsError
 
     monkeypatch.chdir(PROJECT)

@@ -17,7 +17,9 @@ import testinfra
 
 from llama_rpc_deploy.gguf_header import read_remote_model
 from llama_rpc_deploy.plan import plan_cluster
-from llama_rpc_deploy.deployment import from_cluster, load_inventory, offline_cluster, write_ssh_config
+from llama_rpc_deploy.deployment import from_cluster
+from llama_rpc_deploy.loading import load_inventory, offline_cluster
+from llama_rpc_deploy.remote import write_ssh_config
 from llama_rpc_deploy.facts import GgufHeader
 
 

@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from llama_rpc_deploy import client, load_report, render
+from llama_rpc_deploy import client, load_report, render, roles
 from llama_rpc_deploy.plan import plan_cluster
 
 
@@ -26,12 +26,12 @@ def _running_image_id(host, container):
 # --- services ---
 
 def test_llama_server_service_active_and_enabled(coordinator):
-    service = coordinator.service(render.COORDINATOR_UNIT.removesuffix(".service"))
+    service = coordinator.service(roles.COORDINATOR_UNIT.removesuffix(".service"))
     assert service.is_running and service.is_enabled
 
 
 def test_rpc_server_service_active_and_enabled(worker):
-    service = worker.service(render.WORKER_UNIT.removesuffix(".service"))
+    service = worker.service(roles.WORKER_UNIT.removesuffix(".service"))
     assert service.is_running and service.is_enabled
 
 
@@ -67,17 +67,17 @@ def test_llama_server_cannot_be_reached_from_a_worker(worker, deployment):
 def test_the_front_runs_a_valid_configuration(coordinator, deployment):
     """llama-front.service runs, is enabled, and HAProxy finds its configuration valid; its admin socket
     answers with llama-server up."""
-    service = coordinator.service(render.FRONT_UNIT.removesuffix(".service"))
+    service = coordinator.service(roles.FRONT_UNIT.removesuffix(".service"))
     assert service.is_running and service.is_enabled
     config = f"{deployment.cluster.settings['deploy_dir']}/front.cfg"
     check = coordinator.run("haproxy -c -f %s", config)
     assert check.rc == 0, check.stdout + check.stderr
-    stat = coordinator.check_output(f"echo 'show stat' | socat -t 5 stdio unix-connect:{render.FRONT_SOCKET}")
+    stat = coordinator.check_output(f"echo 'show stat' | socat -t 5 stdio unix-connect:{roles.FRONT_SOCKET}")
     row = next(line.split(",") for line in stat.splitlines()
                if line.startswith(f"{render.FRONT_BACKEND},{render.FRONT_SERVER},"))
     header = stat.splitlines()[0].removeprefix("# ").split(",")
     assert row[header.index("status")] == "UP", stat
-    held = coordinator.check_output(f"echo 'show front' | socat -t 5 stdio unix-connect:{render.FRONT_SOCKET}")
+    held = coordinator.check_output(f"echo 'show front' | socat -t 5 stdio unix-connect:{roles.FRONT_SOCKET}")
     assert held.startswith("held "), held
 
 
@@ -149,7 +149,7 @@ def test_completion_returns_tokens(deployment):
 
 def test_worker_holds_part_of_the_model(coordinator, worker_plan):
     """llama-server logs the weights it put on each device when it loads the model."""
-    log = coordinator.check_output("journalctl -u %s --no-pager -o cat -n 2000", render.COORDINATOR_UNIT)
+    log = coordinator.check_output("journalctl -u %s --no-pager -o cat -n 2000", roles.COORDINATOR_UNIT)
     endpoint = re.escape(worker_plan.rpc_endpoint)
     sizes = [float(m) for m in re.findall(rf"RPC\d+\[{endpoint}\] model buffer size =\s*([0-9.]+) MiB", log)]
     assert sizes, f"no model buffer on {worker_plan.rpc_endpoint} in llama-server's log"
@@ -161,7 +161,7 @@ def test_planner_matches_llama_cpp_load_report(coordinator, deployment, model):
     allocating when it loaded the model (llama_rpc_deploy/load_report.py reads the report)."""
     plan = plan_cluster(deployment.cluster, model)
     report = load_report.parse(coordinator.check_output("journalctl -u %s --no-pager -o cat -n 5000",
-                                                        render.COORDINATOR_UNIT))
+                                                        roles.COORDINATOR_UNIT))
     mib = 1024 ** 2
     for worker in deployment.cluster.workers:
         mine = [p for p in plan.placements if p.device.host == worker.name]

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from llama_rpc_deploy import client, render, tunnel
+from llama_rpc_deploy import client, roles, tunnel
 from llama_rpc_deploy.cluster import SERVICE_USER, allowed_clients, api_key
 
 
@@ -21,7 +21,7 @@ def test_rpc_port_admits_only_the_allowed_clients(worker, worker_plan, deploymen
     """Exactly our rules: one jump a port (the tunnel's and rpc-server's, or rpc-server's when plain), first in
     INPUT, for what comes from the network (not loopback), to a chain that accepts the coordinator and resets the rest."""
     _firewall(worker_plan)
-    chain = render.FIREWALL_CHAIN
+    chain = roles.FIREWALL_CHAIN
     rules = [r for r in worker.check_output("iptables -S INPUT").splitlines() if r.startswith("-A INPUT")]
     jumps = [r for r in rules if f"-j {chain}" in r]
     expected = [f"-A INPUT ! -i lo -p tcp -m tcp --dport {port} -j {chain}" for port in worker_plan.firewalled_ports]
@@ -38,10 +38,10 @@ def test_rpc_port_admits_only_the_allowed_clients(worker, worker_plan, deploymen
 def test_firewall_unit_enabled_and_required_by_rpc_server(worker, worker_plan):
     """Re-applied at boot, and rpc-server never starts without it."""
     _firewall(worker_plan)
-    unit = worker.service(render.FIREWALL_UNIT.removesuffix(".service"))
+    unit = worker.service(roles.FIREWALL_UNIT.removesuffix(".service"))
     assert unit.is_enabled and unit.is_running
-    requires = worker.check_output(f"systemctl show -p Requires --value {render.WORKER_UNIT}")
-    assert render.FIREWALL_UNIT in requires.split()
+    requires = worker.check_output(f"systemctl show -p Requires --value {roles.WORKER_UNIT}")
+    assert roles.FIREWALL_UNIT in requires.split()
 
 
 def _tunnelled(worker_plan):
@@ -62,14 +62,14 @@ def test_rpc_server_is_reached_only_through_the_tunnel(worker, worker_plan):
 def test_tunnel_keys_readable_only_by_the_service_user(role, coordinator, worker, worker_plan):
     _tunnelled(worker_plan)
     host = coordinator if role == "coordinator" else worker
-    folder = host.file(tunnel.TUNNEL_DIR)
+    folder = host.file(roles.TUNNEL_DIR)
     assert (folder.user, folder.group, folder.mode) == (SERVICE_USER, SERVICE_USER, 0o700)
     for name in tunnel.HOST_FILES:
-        f = host.file(f"{tunnel.TUNNEL_DIR}/{name}")
+        f = host.file(f"{roles.TUNNEL_DIR}/{name}")
         assert (f.user, f.group, f.mode) == (SERVICE_USER, SERVICE_USER, 0o400), name
-    unit = host.service(render.TUNNEL_UNIT.removesuffix(".service"))
+    unit = host.service(roles.TUNNEL_UNIT.removesuffix(".service"))
     assert unit.is_enabled and unit.is_running
-    assert host.check_output(f"systemctl show -p User --value {render.TUNNEL_UNIT}") == SERVICE_USER
+    assert host.check_output(f"systemctl show -p User --value {roles.TUNNEL_UNIT}") == SERVICE_USER
 
 
 @pytest.mark.parametrize("role", ["coordinator", "workers"])
@@ -124,9 +124,9 @@ def test_metrics_only_when_asked(deployment, key):
 
 
 def test_key_file_readable_only_by_the_service_user(coordinator, key):
-    f = coordinator.file(render.API_KEY_PATH)
+    f = coordinator.file(roles.API_KEY_PATH)
     assert f.is_file and f.mode == 0o400 and f.user == SERVICE_USER and f.group == SERVICE_USER
-    assert coordinator.file(render.API_KEY_PATH.rsplit("/", 1)[0]).mode == 0o700
+    assert coordinator.file(roles.API_KEY_PATH.rsplit("/", 1)[0]).mode == 0o700
     assert f.content_string.strip() == key
 
 
@@ -136,7 +136,7 @@ def test_key_appears_in_no_script_unit_process_or_log(coordinator, deployment, k
         "rendered files": f"cat {s['deploy_dir']}/* /etc/systemd/system/llama-server.service 2>/dev/null",
         "ps": "ps -eww -o args",
         "docker inspect": "docker inspect llama-server",
-        "journal": f"journalctl -u {render.COORDINATOR_UNIT} --no-pager -o cat -n 20000",
+        "journal": f"journalctl -u {roles.COORDINATOR_UNIT} --no-pager -o cat -n 20000",
     }
     for place, command in places.items():
         text = coordinator.check_output(command)
