@@ -15,6 +15,7 @@ it before any host goes on. The steps live in llama_rpc_deploy/phases/:
             the wait for /health through the front
   rollback  when that health check failed, every host goes back to its previous version
 """
+
 from pyinfra import host, inventory, state
 
 from llama_rpc_deploy.phases import build, checks, rollback, services

@@ -1,6 +1,7 @@
 """The clients of benchmarks.no_request_lost: PLAIN_CLIENTS + STREAM_CLIENTS threads that keep asking the lab's
 front, each in a loop until stopped, every request recorded (Req); and what one run of them gives (figures).
 """
+
 from __future__ import annotations
 
 import http.client
@@ -29,6 +30,7 @@ SERVED_BOUND = 240  # seconds a case waits, after its fault, for every client to
 
 
 # --- the clients ----------------------------------------------------------------------------------------
+
 
 @dataclass
 class Req:
@@ -86,12 +88,25 @@ class Load:
 
     def plain(self, index: int, i: int, model: str | None, begin: float) -> Req:
         try:
-            reply = client.complete(self.cluster, f"Tell me about computers ({index}.{i})", PLAIN_TOKENS,
-                                    timeout=CLIENT_TIMEOUT, model=model)
+            reply = client.complete(
+                self.cluster,
+                f"Tell me about computers ({index}.{i})",
+                PLAIN_TOKENS,
+                timeout=CLIENT_TIMEOUT,
+                model=model,
+            )
             tokens = reply.get("timings", {}).get("predicted_n", 0)
             ok = isinstance(reply.get("content"), str) and tokens > 0
-            return Req(index, "plain", begin, self.now(), ok, "" if ok else f"odd reply {str(reply)[:120]}",
-                       tokens=tokens, model=model)
+            return Req(
+                index,
+                "plain",
+                begin,
+                self.now(),
+                ok,
+                "" if ok else f"odd reply {str(reply)[:120]}",
+                tokens=tokens,
+                model=model,
+            )
         except urllib.error.HTTPError as error:
             body = error.read()[:160].decode(errors="replace")
             return Req(index, "plain", begin, self.now(), False, f"HTTP {error.code}: {body}", model=model)
@@ -99,8 +114,13 @@ class Load:
             return Req(index, "plain", begin, self.now(), False, f"{type(error).__name__}: {error}"[:200], model=model)
 
     def stream(self, index: int, i: int, model: str | None, begin: float) -> Req:
-        body = {**client.model_field(self.cluster, model), "temperature": 0, "max_tokens": STREAM_TOKENS,
-                "stream": True, "messages": [{"role": "user", "content": f"Tell me about computers ({index}.{i})"}]}
+        body = {
+            **client.model_field(self.cluster, model),
+            "temperature": 0,
+            "max_tokens": STREAM_TOKENS,
+            "stream": True,
+            "messages": [{"role": "user", "content": f"Tell me about computers ({index}.{i})"}],
+        }
         tokens, ttft, finished, done = 0, None, False, False
         connection = http.client.HTTPConnection(self.host, self.port, timeout=CLIENT_TIMEOUT)
         try:
@@ -126,19 +146,41 @@ class Load:
                         break
                     event = json.loads(data)
                     if "error" in event:
-                        return Req(index, "stream", begin, self.now(), False, f"error event after {tokens} tokens: "
-                                   f"{json.dumps(event['error'])[:140]}", tokens, ttft, model)
+                        return Req(
+                            index,
+                            "stream",
+                            begin,
+                            self.now(),
+                            False,
+                            f"error event after {tokens} tokens: {json.dumps(event['error'])[:140]}",
+                            tokens,
+                            ttft,
+                            model,
+                        )
                     choice = (event.get("choices") or [{}])[0]
                     if choice.get("delta", {}).get("content"):
                         tokens += 1
                         ttft = ttft if ttft is not None else self.now() - begin
                     finished = finished or bool(choice.get("finish_reason"))
             ok = done and finished
-            error = "" if ok else f"stream ended without {'[DONE]' if not done else 'a finish_reason'} after {tokens} tokens"
+            error = (
+                ""
+                if ok
+                else f"stream ended without {'[DONE]' if not done else 'a finish_reason'} after {tokens} tokens"
+            )
             return Req(index, "stream", begin, self.now(), ok, error, tokens, ttft, model)
         except Exception as error:
-            return Req(index, "stream", begin, self.now(), False,
-                       f"{type(error).__name__} after {tokens} tokens: {error}"[:200], tokens, ttft, model)
+            return Req(
+                index,
+                "stream",
+                begin,
+                self.now(),
+                False,
+                f"{type(error).__name__} after {tokens} tokens: {error}"[:200],
+                tokens,
+                ttft,
+                model,
+            )
         finally:
             connection.close()
 
@@ -167,6 +209,7 @@ class Load:
 
 # --- what one run of a case gives ----------------------------------------------------------------------
 
+
 def figures(reqs: list[Req], fault: float, heal: float | None = None) -> dict:
     """sent/failed per kind; the longest time without an answer from the fault on, and the first answer once
     the fault took effect (the end of that stretch), from the fault (or, for a cut, the first after the heal)."""
@@ -177,8 +220,11 @@ def figures(reqs: list[Req], fault: float, heal: float | None = None) -> dict:
     gaps = [(points[i], points[i + 1] - points[i]) for i in range(len(points) - 1)]
     longest = max(gaps, key=lambda g: g[1], default=(fault, None))
     f = {
-        "sent": len(reqs), "sent_plain": len(plain), "sent_stream": len(stream),
-        "failed": sum(not r.ok for r in reqs), "failed_plain": sum(not r.ok for r in plain),
+        "sent": len(reqs),
+        "sent_plain": len(plain),
+        "sent_stream": len(stream),
+        "failed": sum(not r.ok for r in reqs),
+        "failed_plain": sum(not r.ok for r in plain),
         "failed_stream": sum(not r.ok for r in stream),
         "errors": dict(Counter(re.sub(r"\d+(\.\d+)?", "N", r.error)[:120] for r in reqs if not r.ok)),
         "failed_requests": [asdict(r) for r in reqs if not r.ok][:20],
@@ -190,7 +236,9 @@ def figures(reqs: list[Req], fault: float, heal: float | None = None) -> dict:
         "no_answer_from_s": round(longest[0], 2),
         "first_answer_s": round(longest[0] + longest[1] - fault, 2) if longest[1] is not None else None,
         "stretches_over_1s": [[round(a, 2), round(b, 2)] for a, b in gaps if b > 1.0][:20],
-        "tokens_per_s_all": round(sum(r.tokens for r in reqs if r.ok) / max(1e-9, max((r.end for r in reqs), default=1)), 1),
+        "tokens_per_s_all": round(
+            sum(r.tokens for r in reqs if r.ok) / max(1e-9, max((r.end for r in reqs), default=1)), 1
+        ),
     }
     if heal is not None:
         after = [e for e in ends if e > heal]

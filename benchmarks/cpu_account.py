@@ -5,6 +5,7 @@ each thread may run on. A snapshot before and after a measurement gives the diff
 
     from benchmarks.cpu_account import snapshot, difference
 """
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,12 @@ from pathlib import Path
 
 from lab import lab
 
-FIELDS = {"se.sum_exec_runtime": "cpu_ms", "se.nr_migrations": "migrations",
-          "nr_voluntary_switches": "voluntary_switches", "nr_involuntary_switches": "involuntary_switches"}
+FIELDS = {
+    "se.sum_exec_runtime": "cpu_ms",
+    "se.nr_migrations": "migrations",
+    "nr_voluntary_switches": "voluntary_switches",
+    "nr_involuntary_switches": "involuntary_switches",
+}
 STAT = {"page_faults": 7, "system_ms": 12}  # /proc/PID/task/TID/stat after "(comm) ": minflt, stime (ticks)
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 COUNTERS = (*FIELDS.values(), *STAT)
@@ -37,7 +42,9 @@ def _host_totals(owners: dict[str, str]) -> dict[tuple, dict]:
         usage = Path(f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage")
         if usage.exists():
             totals[(host, TOTAL, False, "", "", "")] = {k: 0.0 for k in COUNTERS} | {
-                "cpu_ms": int(usage.read_text()) / 1e6, "cpus": ""}
+                "cpu_ms": int(usage.read_text()) / 1e6,
+                "cpus": "",
+            }
     return totals
 
 

@@ -2,6 +2,7 @@
 coordinator, through the front and to llama-server directly in turn, with the CPU time the front's HAProxy and
 llama-server spent on each; once per placement of HAProxy.
 """
+
 from __future__ import annotations
 
 import json
@@ -85,10 +86,10 @@ def interval(values: list[float]) -> list[float]:
 
 PLACEMENTS = {  # where the front's HAProxy runs, against the processes that generate
     "shared": "HAProxy on llama-server's core: each lab host pinned to its own core (`lab pin`, as "
-              "benchmarks/tool_overhead.py), the coordinator on core 0 alone, the client there too",
+    "benchmarks/tool_overhead.py), the coordinator on core 0 alone, the client there too",
     "apart": "HAProxy on the workers' core (1), llama-server and the client on core 0: every core still generates",
     "free": "HAProxy and the client on a core that does not generate (1), llama-server and both workers on core 0: "
-            "a coordinator whose card generates, with CPU cores to spare",
+    "a coordinator whose card generates, with CPU cores to spare",
 }
 
 
@@ -102,16 +103,23 @@ def place(placement: str) -> int:
     workers = 0 if placement == "free" else last
     for container in lab.running():  # with what each host's dockerd runs (a cgroup v1 cpuset holds its children's)
         lab.set_cpus(container, f"0-{last}" if container.endswith("-coordinator") else str(workers))
-    on("coordinator", f"set -e; for p in $(pgrep -f 'llama-server --'); do taskset -a -p -c 0 $p >/dev/null; done; "
-                      f"for p in $(pgrep -f {FRONT_CONFIG}); do taskset -a -p -c {last} $p >/dev/null; done")
+    on(
+        "coordinator",
+        f"set -e; for p in $(pgrep -f 'llama-server --'); do taskset -a -p -c 0 $p >/dev/null; done; "
+        f"for p in $(pgrep -f {FRONT_CONFIG}); do taskset -a -p -c {last} $p >/dev/null; done",
+    )
     return last if placement == "free" else 0
 
 
 def unplace() -> None:
     lab.pin(unpin=True)
     last = (os.cpu_count() or 2) - 1
-    on("coordinator", f"for p in $(pgrep -f 'llama-server --') $(pgrep -f {FRONT_CONFIG}); do "
-                      f"taskset -a -p -c 0-{last} $p >/dev/null; done", check=False)
+    on(
+        "coordinator",
+        f"for p in $(pgrep -f 'llama-server --') $(pgrep -f {FRONT_CONFIG}); do "
+        f"taskset -a -p -c 0-{last} $p >/dev/null; done",
+        check=False,
+    )
 
 
 # how the client and place() find the front's HAProxy processes: its configuration on the lab's coordinator
@@ -136,9 +144,27 @@ def case_front_cost(cluster, pairs: int = 80, tokens: int = 128) -> dict:
         for placement in PLACEMENTS:
             core = place(placement)
             try:
-                result = subprocess.run(["docker", "exec", "-i", f"{lab.PREFIX}-coordinator", "taskset", "-c", str(core),
-                                         "python3", script, json.dumps(ways), str(pairs), str(tokens), FRONT_CONFIG],
-                                        input=key, capture_output=True, text=True, timeout=900)
+                result = subprocess.run(
+                    [
+                        "docker",
+                        "exec",
+                        "-i",
+                        f"{lab.PREFIX}-coordinator",
+                        "taskset",
+                        "-c",
+                        str(core),
+                        "python3",
+                        script,
+                        json.dumps(ways),
+                        str(pairs),
+                        str(tokens),
+                        FRONT_CONFIG,
+                    ],
+                    input=key,
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                )
             finally:
                 unplace()
             if result.returncode != 0:
@@ -150,26 +176,41 @@ def case_front_cost(cluster, pairs: int = 80, tokens: int = 128) -> dict:
 
 
 def cost_figures(raw: dict) -> dict:
-    keys = ("ttft_ms", "total_ms", "tokens_per_s", "second_half_tokens_per_s", "end_to_end_tokens_per_s",
-            "first_ms_tokens", "front_cpu_ms", "server_cpu_ms")
+    keys = (
+        "ttft_ms",
+        "total_ms",
+        "tokens_per_s",
+        "second_half_tokens_per_s",
+        "end_to_end_tokens_per_s",
+        "first_ms_tokens",
+        "front_cpu_ms",
+        "server_cpu_ms",
+    )
     med = {w: {k: round(statistics.median(x[k] for x in v), 2) for k in keys} for w, v in raw.items()}
     paired = list(zip(raw["front"], raw["direct"]))  # request i each way: next to each other in time
-    ratios = {k: [f[k] / d[k] for f, d in paired]
-              for k in ("tokens_per_s", "second_half_tokens_per_s", "end_to_end_tokens_per_s")}
+    ratios = {
+        k: [f[k] / d[k] for f, d in paired]
+        for k in ("tokens_per_s", "second_half_tokens_per_s", "end_to_end_tokens_per_s")
+    }
     ttft = [f["ttft_ms"] - d["ttft_ms"] for f, d in paired]
     n_tokens = statistics.median(x["tokens"] for v in raw.values() for x in v)
     # the front's own CPU per token: what HAProxy spent during a request through it, less what it spends anyway
     # (health checks) during a direct one
     front_cpu_us = (med["front"]["front_cpu_ms"] - med["direct"]["front_cpu_ms"]) * 1000 / n_tokens
     server_cpu_us = med["direct"]["server_cpu_ms"] * 1000 / n_tokens
-    return {"requests_each_way": len(raw["front"]), "tokens_each": sorted({x["tokens"] for v in raw.values() for x in v}),
-            "median": med,
-            "ratio": round(statistics.median(ratios["tokens_per_s"]), 4),
-            "ratio_interval": interval(ratios["tokens_per_s"]),
-            "ratio_second_half": round(statistics.median(ratios["second_half_tokens_per_s"]), 4),
-            "ratio_end_to_end": round(statistics.median(ratios["end_to_end_tokens_per_s"]), 4),
-            "ratio_end_to_end_interval": interval(ratios["end_to_end_tokens_per_s"]),
-            "ttft_diff_ms": round(statistics.median(ttft), 2), "ttft_diff_interval": interval(ttft),
-            "front_cpu_us_per_token": round(front_cpu_us, 1), "server_cpu_us_per_token": round(server_cpu_us, 1),
-            "server_cpu_front_over_direct": round(med["front"]["server_cpu_ms"] / med["direct"]["server_cpu_ms"], 4),
-            "raw": {w: [{k: round(x[k], 3) for k in x} for x in v] for w, v in raw.items()}}
+    return {
+        "requests_each_way": len(raw["front"]),
+        "tokens_each": sorted({x["tokens"] for v in raw.values() for x in v}),
+        "median": med,
+        "ratio": round(statistics.median(ratios["tokens_per_s"]), 4),
+        "ratio_interval": interval(ratios["tokens_per_s"]),
+        "ratio_second_half": round(statistics.median(ratios["second_half_tokens_per_s"]), 4),
+        "ratio_end_to_end": round(statistics.median(ratios["end_to_end_tokens_per_s"]), 4),
+        "ratio_end_to_end_interval": interval(ratios["end_to_end_tokens_per_s"]),
+        "ttft_diff_ms": round(statistics.median(ttft), 2),
+        "ttft_diff_interval": interval(ttft),
+        "front_cpu_us_per_token": round(front_cpu_us, 1),
+        "server_cpu_us_per_token": round(server_cpu_us, 1),
+        "server_cpu_front_over_direct": round(med["front"]["server_cpu_ms"] / med["direct"]["server_cpu_ms"], 4),
+        "raw": {w: [{k: round(x[k], 3) for k in x} for x in v] for w, v in raw.items()},
+    }

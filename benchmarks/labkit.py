@@ -4,6 +4,7 @@ about the machine and the commit.
 
     from benchmarks import labkit
 """
+
 from __future__ import annotations
 
 import platform
@@ -17,7 +18,9 @@ from pathlib import Path
 from lab import lab
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout
-RESULTS = ROOT / "docs" / "results"  # where the benchmarks write their reports by default (docs/results/README.md lists them)
+RESULTS = (
+    ROOT / "docs" / "results"
+)  # where the benchmarks write their reports by default (docs/results/README.md lists them)
 INVENTORY = lab.LAB_DIR / "inventory.py"  # the lab's, as `lab up` writes it
 
 on = lab.run_on  # a shell command on a lab host (docker exec, as root): its stdout
@@ -39,9 +42,11 @@ def lab_hosts(cluster) -> list[str]:
 
 # --- deploying the lab ---
 
+
 @dataclass
 class Deployed:
     """One run of the deploy: its --data, exit status, wall time and output."""
+
     data: tuple[str, ...]
     rc: int
     seconds: float
@@ -57,8 +62,12 @@ def pyinfra(inventory: Path, *data: str, json_output: bool = False) -> Deployed:
     these settings over its own (none: its own settings), however it ends."""
     args = [a for d in data for a in ("--data", d)]
     start = time.monotonic()
-    result = subprocess.run(["pyinfra", "-y", *(["--json"] if json_output else []), *args, str(inventory), "deploy.py"],
-                            cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        ["pyinfra", "-y", *(["--json"] if json_output else []), *args, str(inventory), "deploy.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     return Deployed(data, result.returncode, time.monotonic() - start, result.stdout, result.stderr)
 
 
@@ -86,7 +95,10 @@ def host_veth(name: str) -> str:
 def limit_links(names: list[str], on_: bool = True) -> None:
     """tc tbf at LINK on each lab host's eth0 and on its veth here (both directions); on_=False removes them."""
     for name in names:
-        for run in (lambda c: on(name, c, check=False), lambda c: sh("sh", "-c", c.replace("eth0", host_veth(name)), check=False)):
+        for run in (
+            lambda c: on(name, c, check=False),
+            lambda c: sh("sh", "-c", c.replace("eth0", host_veth(name)), check=False),
+        ):
             run("tc qdisc del dev eth0 root 2>/dev/null")
             if on_:
                 run(f"tc qdisc add dev eth0 root tbf rate {LINK} burst 1250kb latency 50ms")
@@ -94,8 +106,10 @@ def limit_links(names: list[str], on_: bool = True) -> None:
 
 # --- statistics ---
 
-def interval(values: list[float], *, seed: int, statistic=statistics.median, draws: int = 4000,
-             digits: int | None = None) -> list[float]:
+
+def interval(
+    values: list[float], *, seed: int, statistic=statistics.median, draws: int = 4000, digits: int | None = None
+) -> list[float]:
     """A 95% bootstrap interval [low, high] of statistic(values): draws resamples with a fixed seed (the same data,
     the same interval), rounded to digits if given."""
     rng = random.Random(seed)
@@ -105,6 +119,7 @@ def interval(values: list[float], *, seed: int, statistic=statistics.median, dra
 
 
 # --- what a report says about where it ran ---
+
 
 def cpu_model() -> str:
     """This machine's CPU, as /proc/cpuinfo names it."""

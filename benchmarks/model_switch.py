@@ -11,6 +11,7 @@ includes the switch: the router unloads the other model and loads this one acros
 the next request's; then the switch alone (POST /models/load until /v1/models says loaded). "Without cache" empties every worker's cache folder before each switch; the two
 kinds of round alternate. The lab's own settings are deployed again at the end.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,8 +85,12 @@ def main() -> None:
                 for name in MODELS:  # the other model is loaded: this request switches
                     if not cache:
                         empty_caches(cluster)
-                    figures.setdefault(f"first_request_{kind}_cache_s", []).append(time_to_first_token(cluster, model=name))
-                    figures.setdefault(f"next_request_{kind}_cache_s", []).append(time_to_first_token(cluster, model=name))
+                    figures.setdefault(f"first_request_{kind}_cache_s", []).append(
+                        time_to_first_token(cluster, model=name)
+                    )
+                    figures.setdefault(f"next_request_{kind}_cache_s", []).append(
+                        time_to_first_token(cluster, model=name)
+                    )
                 for name in MODELS:  # the switch alone
                     if not cache:
                         empty_caches(cluster)
@@ -93,33 +98,41 @@ def main() -> None:
     finally:
         limit_links(hosts, on_=False)
         deploy(INVENTORY)
-    result = {"model_bytes": sizes[MODELS[0]], "workers": len(cluster.workers), "rounds": args.rounds, "link": "1gbit",
-              **{k: round(statistics.median(v), 3) for k, v in figures.items()}}
+    result = {
+        "model_bytes": sizes[MODELS[0]],
+        "workers": len(cluster.workers),
+        "rounds": args.rounds,
+        "link": "1gbit",
+        **{k: round(statistics.median(v), 3) for k, v in figures.items()},
+    }
     result["switch_with_over_without"] = round(result["switch_with_cache_s"] / result["switch_without_cache_s"], 3)
     print(json.dumps(result, indent=2))
     args.out.write_text(markdown(result))
 
 
 def markdown(r: dict) -> str:
-    rows = "\n".join(f"| {what} | {r[f'{key}_with_cache_s']:.2f} s | {r[f'{key}_without_cache_s']:.2f} s |"
-                     for what, key in (("switch (load until loaded)", "switch"),
-                                       ("first request naming the other model (time to first token, switch included)",
-                                        "first_request"),
-                                       ("the request after that", "next_request")))
+    rows = "\n".join(
+        f"| {what} | {r[f'{key}_with_cache_s']:.2f} s | {r[f'{key}_without_cache_s']:.2f} s |"
+        for what, key in (
+            ("switch (load until loaded)", "switch"),
+            ("first request naming the other model (time to first token, switch included)", "first_request"),
+            ("the request after that", "next_request"),
+        )
+    )
     return f"""# Models on demand: switching models
 
 `python3 -m benchmarks.model_switch` (about 10 minutes; the lab up, `python3 -m llama_rpc_deploy lab up`).
 
-Two generated models of {r['model_bytes'] / 1e6:.0f} MB each, served with `llama_models` next to the lab's own
-model, split across {r['workers']} CPU workers and the coordinator, links limited to 1 Gbit/s. Medians of
-{r['rounds']} rounds per model; the rounds with and without the workers' tensor cache alternate
+Two generated models of {r["model_bytes"] / 1e6:.0f} MB each, served with `llama_models` next to the lab's own
+model, split across {r["workers"]} CPU workers and the coordinator, links limited to 1 Gbit/s. Medians of
+{r["rounds"]} rounds per model; the rounds with and without the workers' tensor cache alternate
 ("without": every worker's cache folder emptied before each switch).
 
 | | with the tensor cache | without |
 | --- | --- | --- |
 {rows}
 
-Switch with the cache / without: **{r['switch_with_over_without']}**.
+Switch with the cache / without: **{r["switch_with_over_without"]}**.
 
 ```json
 {json.dumps(r, indent=2)}

@@ -29,6 +29,7 @@ recorded; the front's log and llama-server's journal in the case's window are ke
 docs/results/no-request-lost.md and docs/results/no-request-lost.json (a case run again replaces its own entry only), and
 prints the table. The lab's own settings are deployed again at the end.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,19 @@ from llama_rpc_deploy.loading import offline_cluster
 from llama_rpc_deploy.loadtest import until_serving
 
 SWITCH_FOLDER = "/models/no-request-lost"
-CASES = ("front-cost", "rpc-kill", "rpc-kill-process", "worker-reboot", "cut-20", "cut-60", "redeploy-ctx",
-         "upgrade", "front-reload", "wake", "model-switch")
+CASES = (
+    "front-cost",
+    "rpc-kill",
+    "rpc-kill-process",
+    "worker-reboot",
+    "cut-20",
+    "cut-60",
+    "redeploy-ctx",
+    "upgrade",
+    "front-reload",
+    "wake",
+    "model-switch",
+)
 
 # before the front, from docs/results/faults.md (and the brief's quick check of a SIGKILL, 4 x 40 requests)
 BEFORE = {
@@ -69,10 +81,16 @@ BEFORE = {
 
 # --- what the front and the journal say -----------------------------------------------------------------
 
+
 def front_figures() -> dict:
     """The coordinator's front figures as `llama-rpc status --json` gives them."""
-    out = subprocess.run([sys.executable, "-m", "llama_rpc_deploy", "status", "-i", str(INVENTORY), "--json"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "llama_rpc_deploy", "status", "-i", str(INVENTORY), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     try:
         return json.loads(out)[0].get("front", {})
     except (ValueError, IndexError):
@@ -82,9 +100,11 @@ def front_figures() -> dict:
 def front_line(f: dict) -> str:
     if not f:
         return "no front figures"
-    return (f"front: {f['requests']} requests, {f['held']} held ({f['holding']} waiting now, {f['held_too_long']} past "
-            f"the hold), {f['replays']} replays, {f['failed']} failed (5xx), {f['cut']} cut; llama-server "
-            f"{f['llama_server']}, {f['in_flight']} in flight")
+    return (
+        f"front: {f['requests']} requests, {f['held']} held ({f['holding']} waiting now, {f['held_too_long']} past "
+        f"the hold), {f['replays']} replays, {f['failed']} failed (5xx), {f['cut']} cut; llama-server "
+        f"{f['llama_server']}, {f['in_flight']} in flight"
+    )
 
 
 COUNTERS = ("requests", "held", "held_too_long", "replays", "failed", "cut")
@@ -101,8 +121,9 @@ LINE = re.compile(r'\] api (\S+) (\S+) (-?\d+) (\d+) \S+ \S+ (\S{4}) \S*?/\S*?/\
 
 
 def journal(unit: str, since: float, until: float, grep: str | None = None, host: str = "coordinator") -> list[str]:
-    command = (f"journalctl -u {unit} --since @{math.floor(since)} --until @{math.ceil(until)} --no-pager "
-               f"-o short-iso-precise")
+    command = (
+        f"journalctl -u {unit} --since @{math.floor(since)} --until @{math.ceil(until)} --no-pager -o short-iso-precise"
+    )
     if grep:
         command += f" | grep -E {json.dumps(grep)}"
     return [l for l in on(host, command + " || true", check=False).splitlines() if not l.startswith("-- ")]
@@ -126,17 +147,28 @@ def logs(since: float, until: float) -> dict:
         retries += tries
         if status != "200" or state != "----" or tries:
             unusual.append(line[-260:])
-    server = journal(roles.COORDINATOR_UNIT, since, until,
-                     "front-drain|Stopping|Stopped|Started|Starting|Main process exited|Failed|crash|abort|"
-                     "Remote RPC|error|sleeping state|Scheduled restart|wait-for-workers|timed out|Killing")
+    server = journal(
+        roles.COORDINATOR_UNIT,
+        since,
+        until,
+        "front-drain|Stopping|Stopped|Started|Starting|Main process exited|Failed|crash|abort|"
+        "Remote RPC|error|sleeping state|Scheduled restart|wait-for-workers|timed out|Killing",
+    )
     watchdog = journal(roles.WATCHDOG_UNIT, since, until)
     reloads = [line[-200:] for line in lines if "Former worker" in line or "Reloaded" in line or "Segmentation" in line]
     crashes = [line for line in server if "Remote RPC server crashed" in line]
-    return {"front_requests": sum(statuses.values()), "front_status": dict(statuses), "front_ends": dict(states),
-            "front_retries": retries, "front_health": dict(health), "front_reloads": reloads[:20],
-            "llama_server_crashed_at": crashes[0].split()[0] if crashes else None,
-            "front_unusual": unusual[:40], "llama_server": [l[-240:] for l in server][:60],
-            "watchdog": [l[-240:] for l in watchdog][-10:]}
+    return {
+        "front_requests": sum(statuses.values()),
+        "front_status": dict(statuses),
+        "front_ends": dict(states),
+        "front_retries": retries,
+        "front_health": dict(health),
+        "front_reloads": reloads[:20],
+        "llama_server_crashed_at": crashes[0].split()[0] if crashes else None,
+        "front_unusual": unusual[:40],
+        "llama_server": [l[-240:] for l in server][:60],
+        "watchdog": [l[-240:] for l in watchdog][-10:],
+    }
 
 
 def case_front_log(since: float, until: float) -> dict:
@@ -162,12 +194,13 @@ def pyinfra(*data: str) -> dict:
     done = labkit.pyinfra(INVENTORY, *data)
     r = {"data": list(data), "rc": done.rc, "seconds": round(done.seconds, 1)}
     if done.rc != 0:
-        r["tail"] = (done.stdout[-2500:] + done.stderr[-1500:])
+        r["tail"] = done.stdout[-2500:] + done.stderr[-1500:]
         log(f"deploy {done.describe()} FAILED ({done.rc}):\n{r['tail'][-1500:]}")
     return r
 
 
 # --- the cases -------------------------------------------------------------------------------------------
+
 
 def run_with_load(cluster, fault, models=None) -> dict:
     """Load started; `fault(load)` returns (fault time, heal time or None, a dict of what it did); then the
@@ -180,9 +213,14 @@ def run_with_load(cluster, fault, models=None) -> dict:
     finally:
         reqs = load.stop()
     end = load.now()
-    r = {"fault_at_s": round(fault_at, 2), **({"heal_at_s": round(heal_at, 2)} if heal_at is not None else {}),
-         "load_s": round(end, 1), **done, **figures(reqs, fault_at, heal_at),
-         "window": [round(load.wall(0) - 1, 1), round(load.wall(end) + 2, 1)]}
+    r = {
+        "fault_at_s": round(fault_at, 2),
+        **({"heal_at_s": round(heal_at, 2)} if heal_at is not None else {}),
+        "load_s": round(end, 1),
+        **done,
+        **figures(reqs, fault_at, heal_at),
+        "window": [round(load.wall(0) - 1, 1), round(load.wall(end) + 2, 1)],
+    }
     if models:
         r["answered_per_model"] = dict(Counter(q.model for q in reqs if q.ok))
         r["failed_per_model"] = dict(Counter(q.model for q in reqs if not q.ok))
@@ -190,10 +228,15 @@ def run_with_load(cluster, fault, models=None) -> dict:
     crashed = r["logs"]["llama_server_crashed_at"]
     if crashed:  # llama-server's abort on the lost worker, in seconds of the load
         from datetime import datetime
-        r["llama_server_crashed_at_s"] = round(datetime.fromisoformat(crashed.replace("+0000", "+00:00")).timestamp()
-                                               - load.wall(0), 2)
-    r["deployed_front"] = on("coordinator", f"cd {cluster.settings['deploy_dir']} && sha256sum front.cfg front.lua "
-                                            "front-drain.sh | cut -c1-12", check=False).split()
+
+        r["llama_server_crashed_at_s"] = round(
+            datetime.fromisoformat(crashed.replace("+0000", "+00:00")).timestamp() - load.wall(0), 2
+        )
+    r["deployed_front"] = on(
+        "coordinator",
+        f"cd {cluster.settings['deploy_dir']} && sha256sum front.cfg front.lua front-drain.sh | cut -c1-12",
+        check=False,
+    ).split()
     return r
 
 
@@ -208,10 +251,18 @@ def case_kill(cluster, command: str, host: str = "worker1") -> dict:
         on(host, command)
         time.sleep(15)  # llama-server restarts (the wait below then asks for fresh answers)
         return at, None, {"command": f"{host}: {command}"}
+
     r = run_with_load(cluster, fault)
-    r["logs"]["rpc_server_worker1"] = [l[-200:] for l in journal(
-        "rpc-server", r["window"][0], r["window"][1],
-        "Main process exited|Started|Stopping|Stopped|Scheduled restart|Failed|Killing|Killed|signal", host="worker1")][-12:]
+    r["logs"]["rpc_server_worker1"] = [
+        l[-200:]
+        for l in journal(
+            "rpc-server",
+            r["window"][0],
+            r["window"][1],
+            "Main process exited|Started|Stopping|Stopped|Scheduled restart|Failed|Killing|Killed|signal",
+            host="worker1",
+        )
+    ][-12:]
     return r
 
 
@@ -223,6 +274,7 @@ def case_worker_reboot(cluster) -> dict:
         took = load.now() - at
         time.sleep(20)
         return at, None, {"command": f"docker restart {lab.PREFIX}-worker1", "reboot_command_s": round(took, 1)}
+
     return run_with_load(cluster, fault)
 
 
@@ -243,11 +295,13 @@ def case_cut(cluster, seconds: int) -> dict:
         healed = load.now()
         time.sleep(10)
         return at, healed, {"cut_s": seconds}
+
     return run_with_load(cluster, fault)
 
 
 def case_deploys(cluster, first: tuple[str, ...], note: dict | None = None) -> dict:
     """Under load: a deploy with `first` as --data, then the lab's own settings again."""
+
     def fault(load):
         after(load, 3)
         at = load.now()
@@ -258,6 +312,7 @@ def case_deploys(cluster, first: tuple[str, ...], note: dict | None = None) -> d
         two = pyinfra()
         two.update(start_s=round(start, 1), end_s=round(load.now(), 1))
         return at, None, {"deploys": [one, two], **(note or {})}
+
     return run_with_load(cluster, fault)
 
 
@@ -265,17 +320,23 @@ def case_front_reload(cluster) -> dict:
     """The front reloaded under load (as a deploy that changes its files does), once while requests go through,
     once while it holds them: llama-server stopped (its stop drains the front), the front reloaded, llama-server
     started again."""
+
     def fault(load):
         after(load, 3)
         at = load.now()
         steps = []
-        for when, command in ((3, f"systemctl reload {roles.FRONT_UNIT}"), (6, f"systemctl stop {roles.COORDINATOR_UNIT}"),
-                              (8, f"systemctl reload {roles.FRONT_UNIT}"), (11, f"systemctl start {roles.COORDINATOR_UNIT}")):
+        for when, command in (
+            (3, f"systemctl reload {roles.FRONT_UNIT}"),
+            (6, f"systemctl stop {roles.COORDINATOR_UNIT}"),
+            (8, f"systemctl reload {roles.FRONT_UNIT}"),
+            (11, f"systemctl start {roles.COORDINATOR_UNIT}"),
+        ):
             after(load, when)
             steps.append([round(load.now(), 2), command])
             on("coordinator", command)
         time.sleep(5)
         return at, None, {"steps": steps}
+
     return run_with_load(cluster, fault)
 
 
@@ -303,6 +364,7 @@ def case_upgrade(cluster) -> dict:
             deploys.append(d)
             time.sleep(3)
         return at, None, {"prepared_without_load": prep, "deploys": deploys, "from_image": other, "to_image": own}
+
     r = run_with_load(cluster, fault)
     r["deploy_back_without_load"] = pyinfra()
     return r
@@ -322,8 +384,11 @@ def case_wake(cluster) -> dict:
 
     def fault(load):
         return 0.0, None, {"deploy": setup, "asleep": asleep, "waited_for_sleep_s": waited}
+
     r = run_with_load(cluster, fault)
-    r["sleep_lines"] = [l[-160:] for l in journal(roles.COORDINATOR_UNIT, since - 1, time.time(), "sleeping state")][-8:]
+    r["sleep_lines"] = [l[-160:] for l in journal(roles.COORDINATOR_UNIT, since - 1, time.time(), "sleeping state")][
+        -8:
+    ]
     r["deploy_back"] = pyinfra()
     return r
 
@@ -347,14 +412,13 @@ def case_model_switch(cluster) -> dict:
         def fault(load):
             time.sleep(30)
             return 0.0, None, {"deploy": setup, "models": router.served_models()}
+
         r = run_with_load(router, fault, models=router.served_models())
     finally:
         back = pyinfra()
         on("coordinator", f"rm -rf {SWITCH_FOLDER}", check=False)
     r["deploy_back"] = back
     return r
-
-
 
 
 def run_case(name: str, cluster) -> dict:
@@ -384,7 +448,12 @@ def run_case(name: str, cluster) -> dict:
 # --- targets and the report ----------------------------------------------------------------------------
 
 ALL_ANSWERED = ("redeploy-ctx", "upgrade", "front-reload", "wake", "model-switch")
-NO_FAULT = ("redeploy-ctx", "upgrade", "front-reload", "model-switch")  # no single moment to count the first answer from
+NO_FAULT = (
+    "redeploy-ctx",
+    "upgrade",
+    "front-reload",
+    "model-switch",
+)  # no single moment to count the first answer from
 
 
 def target(name: str, r: dict) -> tuple[str, bool]:
@@ -402,35 +471,49 @@ def row(name: str, r: dict) -> str:
     if "error" in r:
         return f"| {name} | - | - | - | - | - | - | {r['error'][:120]} | **no** |"
     first = r.get("first_answer_after_heal_s", r.get("first_answer_s"))
-    first_text = f"{first} s" + (" after the heal" if "first_answer_after_heal_s" in r else "") if first is not None else "-"
+    first_text = (
+        f"{first} s" + (" after the heal" if "first_answer_after_heal_s" in r else "") if first is not None else "-"
+    )
     if "llama_server_crashed_at_s" in r and "heal_at_s" not in r and first is not None:
-        first_text += f" ({round(r['fault_at_s'] + first - r['llama_server_crashed_at_s'], 2)} s after llama-server's abort)"
+        first_text += (
+            f" ({round(r['fault_at_s'] + first - r['llama_server_crashed_at_s'], 2)} s after llama-server's abort)"
+        )
     if name in NO_FAULT:
         first_text = "-"
     d = r.get("front_delta")
     health = r.get("case_front_log", {}).get("health_503", r["logs"].get("front_health", {}).get("503", 0))
-    front = (f"{d['requests']} req, {d['held']} held, {d['replays']} replays, {d['failed']} 5xx ({health} of them "
-             f"the front's 503 to GET /health), {d['cut']} cut" if d else f"counters reset (the front reloaded); its "
-             f"log: {r['logs']['front_retries']} tries again, {health} /health 503")
-    return (f"| {name} | {r['sent']} ({r['sent_plain']} + {r['sent_stream']}) | {r['failed_plain']} | "
-            f"{r['failed_stream']} | {first_text} | {r['longest_no_answer_s']} s | {r['longest_plain_s']} s / "
-            f"{r['longest_stream_s']} s | {front} | {'yes' if met else '**no**'} ({goal}) |")
+    front = (
+        f"{d['requests']} req, {d['held']} held, {d['replays']} replays, {d['failed']} 5xx ({health} of them "
+        f"the front's 503 to GET /health), {d['cut']} cut"
+        if d
+        else f"counters reset (the front reloaded); its "
+        f"log: {r['logs']['front_retries']} tries again, {health} /health 503"
+    )
+    return (
+        f"| {name} | {r['sent']} ({r['sent_plain']} + {r['sent_stream']}) | {r['failed_plain']} | "
+        f"{r['failed_stream']} | {first_text} | {r['longest_no_answer_s']} s | {r['longest_plain_s']} s / "
+        f"{r['longest_stream_s']} s | {front} | {'yes' if met else '**no**'} ({goal}) |"
+    )
 
 
 def markdown(results: dict, meta: dict) -> str:
     order = [c for c in CASES if c in results]
     load_cases = [c for c in order if c != "front-cost"]
     table = "\n".join(row(c, results[c]) for c in load_cases)
-    before = "\n".join(f"| {c} | {BEFORE[c]} | {results[c].get('failed_plain', '-')} of {results[c].get('sent_plain', '-')} "
-                       f"non-streamed failed; first answer "
-                       f"{results[c].get('first_answer_after_heal_s', results[c].get('first_answer_s'))} s"
-                       f"{' after the heal' if 'first_answer_after_heal_s' in results[c] else ''} |"
-                       for c in load_cases if c in BEFORE and "error" not in results[c])
-    parts = [f"""# No request lost: the front under faults, restarts and deploys
+    before = "\n".join(
+        f"| {c} | {BEFORE[c]} | {results[c].get('failed_plain', '-')} of {results[c].get('sent_plain', '-')} "
+        f"non-streamed failed; first answer "
+        f"{results[c].get('first_answer_after_heal_s', results[c].get('first_answer_s'))} s"
+        f"{' after the heal' if 'first_answer_after_heal_s' in results[c] else ''} |"
+        for c in load_cases
+        if c in BEFORE and "error" not in results[c]
+    )
+    parts = [
+        f"""# No request lost: the front under faults, restarts and deploys
 
-`python3 -m benchmarks.no_request_lost` ({meta['command']}), {meta['date']}, commit {meta['commit']}
-({'uncommitted changes to ' + ', '.join(meta['uncommitted']) if meta['uncommitted'] else 'no uncommitted change'}),
-on {meta['machine']}: the lab
+`python3 -m benchmarks.no_request_lost` ({meta["command"]}), {meta["date"]}, commit {meta["commit"]}
+({"uncommitted changes to " + ", ".join(meta["uncommitted"]) if meta["uncommitted"] else "no uncommitted change"}),
+on {meta["machine"]}: the lab
 (coordinator 172.30.57.10 with the front on :8080 and llama-server on 127.0.0.1:18080, workers .11 and .12,
 the 8-layer sentence model split across the three, `llama_parallel` 2). Every figure is from one run of its case
 (`docs/results/no-request-lost.json` has each case's date, every failed request and the log lines of its window).
@@ -451,7 +534,8 @@ goes on until every client has been answered a request sent after it (at most {S
 | case | sent (non-streamed + streamed) | failed non-streamed | failed streamed | first answer | longest no answer | longest request (non-streamed / streamed) | front during the case | target met |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {table}
-"""]
+"""
+    ]
     if before:
         parts.append(f"""## Before the front (docs/results/faults.md) and now
 
@@ -464,14 +548,17 @@ goes on until every client has been answered a request sent after it (at most {S
         if "error" in r:
             parts.append(f"## What the front costs\n\nThe case did not run to its end: {r['error']}\n")
         else:
-            parts.append(f"""## What the front costs
+            parts.append(
+                f"""## What the front costs
 
-A stdlib client inside the coordinator (copied in with `docker cp`), streamed chat completions of {r['tokens']} tokens
-(`ignore_eos`, `cache_prompt: false`), one through the front and one to llama-server directly in turn, {r['pairs']}
+A stdlib client inside the coordinator (copied in with `docker cp`), streamed chat completions of {r["tokens"]} tokens
+(`ignore_eos`, `cache_prompt: false`), one through the front and one to llama-server directly in turn, {r["pairs"]}
 pairs, the order swapped every pair, after 2 each way to warm up. The client also reads the CPU time
 (`/proc/PID/schedstat`) of the front's HAProxy processes and of llama-server around each request. Once per
 placement of the front's HAProxy, in one run (the lab has 2 cores, and every lab host generates on the CPU):
-""" + "".join(f"- **{name}**: {what}.\n" for name, what in PLACEMENTS.items()) + """
+"""
+                + "".join(f"- **{name}**: {what}.\n" for name, what in PLACEMENTS.items())
+                + """
 Medians of each way's requests. Generation tokens/s: the tokens after the first over the time from the first to
 the last (as the client sees them); second half: the same over the last half of the tokens; end to end: all tokens
 over the time from sending to the last token. First-ms tokens: how many tokens arrived within 1 ms of the first.
@@ -479,22 +566,29 @@ Ratios: the median of the pairs' front / direct, with a 95% bootstrap interval.
 
 | placement | way | generation tokens/s | second half tokens/s | end to end tokens/s | time to first token | first-ms tokens | HAProxy's CPU per request | llama-server's CPU per request |
 | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
-""" + "\n".join(
-                f"| {name} | {way} | {m[way]['tokens_per_s']} | {m[way]['second_half_tokens_per_s']} | "
-                f"{m[way]['end_to_end_tokens_per_s']} | {m[way]['ttft_ms']} ms | {m[way]['first_ms_tokens']} | "
-                f"{m[way]['front_cpu_ms']} ms | {m[way]['server_cpu_ms']} ms |"
-                for name, p in r["placements"].items() for way, m in [(w, p["median"]) for w in ("front", "direct")])
+"""
+                + "\n".join(
+                    f"| {name} | {way} | {m[way]['tokens_per_s']} | {m[way]['second_half_tokens_per_s']} | "
+                    f"{m[way]['end_to_end_tokens_per_s']} | {m[way]['ttft_ms']} ms | {m[way]['first_ms_tokens']} | "
+                    f"{m[way]['front_cpu_ms']} ms | {m[way]['server_cpu_ms']} ms |"
+                    for name, p in r["placements"].items()
+                    for way, m in [(w, p["median"]) for w in ("front", "direct")]
+                )
                 + """
 
 | placement | generation tokens/s, front / direct | end to end | time to first token | HAProxy's CPU per token | llama-server's CPU, front / direct | target (ratio >= 0.99, TTFT <= +2 ms) |
 | --- | --- | --- | --- | --- | --- | --- |
-""" + "\n".join(
-                f"| {name} | **{p['ratio']}** ({p['ratio_interval'][0]} to {p['ratio_interval'][1]}) | "
-                f"{p['ratio_end_to_end']} ({p['ratio_end_to_end_interval'][0]} to {p['ratio_end_to_end_interval'][1]}) | "
-                f"**{p['ttft_diff_ms']:+} ms** ({p['ttft_diff_interval'][0]:+} to {p['ttft_diff_interval'][1]:+}) | "
-                f"{p['front_cpu_us_per_token']} µs (llama-server: {p['server_cpu_us_per_token']} µs) | "
-                f"{p['server_cpu_front_over_direct']} | {'met' if target('front-cost', p)[1] else '**not met**'} |"
-                for name, p in r["placements"].items()) + "\n")
+"""
+                + "\n".join(
+                    f"| {name} | **{p['ratio']}** ({p['ratio_interval'][0]} to {p['ratio_interval'][1]}) | "
+                    f"{p['ratio_end_to_end']} ({p['ratio_end_to_end_interval'][0]} to {p['ratio_end_to_end_interval'][1]}) | "
+                    f"**{p['ttft_diff_ms']:+} ms** ({p['ttft_diff_interval'][0]:+} to {p['ttft_diff_interval'][1]:+}) | "
+                    f"{p['front_cpu_us_per_token']} µs (llama-server: {p['server_cpu_us_per_token']} µs) | "
+                    f"{p['server_cpu_front_over_direct']} | {'met' if target('front-cost', p)[1] else '**not met**'} |"
+                    for name, p in r["placements"].items()
+                )
+                + "\n"
+            )
     parts.append("## Each case\n")
     for c in load_cases:
         r = results[c]
@@ -514,42 +608,64 @@ def flat(text: str) -> str:
 def describe(name: str, r: dict) -> str:
     if "error" in r:
         return f"Did not run to its end: `{r['error']}`."
-    start = ("the clients started together" if name in ("wake", "model-switch") else
-             f"{'first deploy' if name in ('redeploy-ctx', 'upgrade') else 'first reload' if name == 'front-reload' else 'fault'} "
-             f"{r['fault_at_s']} s into the load")
-    lines = [f"- run {r.get('date', '')}; {start}"
-             + (f", healed at {r['heal_at_s']} s" if "heal_at_s" in r else "") + f"; load {r['load_s']} s; "
-             f"every client served again afterwards: {r.get('served_again')}"]
+    start = (
+        "the clients started together"
+        if name in ("wake", "model-switch")
+        else f"{'first deploy' if name in ('redeploy-ctx', 'upgrade') else 'first reload' if name == 'front-reload' else 'fault'} "
+        f"{r['fault_at_s']} s into the load"
+    )
+    lines = [
+        f"- run {r.get('date', '')}; {start}"
+        + (f", healed at {r['heal_at_s']} s" if "heal_at_s" in r else "")
+        + f"; load {r['load_s']} s; "
+        f"every client served again afterwards: {r.get('served_again')}"
+    ]
     if "command" in r:
-        lines.append(f"- fault: `{r['command']}`" + (f" (took {r['reboot_command_s']} s)" if "reboot_command_s" in r else ""))
+        lines.append(
+            f"- fault: `{r['command']}`" + (f" (took {r['reboot_command_s']} s)" if "reboot_command_s" in r else "")
+        )
     for d in r.get("deploys", []):
-        lines.append(f"- deploy `{' '.join('--data ' + x for x in d['data']) or 'pyinfra -y .lab/inventory.py deploy.py'}`"
-                     f"{' to ' + d['image'] if d.get('image') else ''}: {d['start_s']} s to {d['end_s']} s of the "
-                     f"load, rc {d['rc']}")
+        lines.append(
+            f"- deploy `{' '.join('--data ' + x for x in d['data']) or 'pyinfra -y .lab/inventory.py deploy.py'}`"
+            f"{' to ' + d['image'] if d.get('image') else ''}: {d['start_s']} s to {d['end_s']} s of the "
+            f"load, rc {d['rc']}"
+        )
     if "prepared_without_load" in r:
         p = r["prepared_without_load"]
-        lines.append(f"- prepared without load: `--data {' '.join(p['data'])}` built and deployed {p['image']} "
-                     f"({p['seconds']} s, rc {p['rc']}); under load the servers went {r['from_image']} -> "
-                     f"{r['to_image']} -> {r['from_image']}; then back to {r['to_image']} without load")
+        lines.append(
+            f"- prepared without load: `--data {' '.join(p['data'])}` built and deployed {p['image']} "
+            f"({p['seconds']} s, rc {p['rc']}); under load the servers went {r['from_image']} -> "
+            f"{r['to_image']} -> {r['from_image']}; then back to {r['to_image']} without load"
+        )
     if "steps" in r:
         lines.append("- steps (s of the load): " + "; ".join(f"{t}: `{c}`" for t, c in r["steps"]))
     if r["logs"].get("front_reloads"):
-        lines.append("- the front's reloads in the window: " + "; ".join(f"`{l.split(': ', 1)[-1]}`"
-                                                                         for l in r["logs"]["front_reloads"]))
+        lines.append(
+            "- the front's reloads in the window: "
+            + "; ".join(f"`{l.split(': ', 1)[-1]}`" for l in r["logs"]["front_reloads"])
+        )
     if "llama_server_crashed_at_s" in r:
-        lines.append(f"- llama-server aborted (\"Remote RPC server crashed\") at {r['llama_server_crashed_at_s']} s of the load")
+        lines.append(
+            f'- llama-server aborted ("Remote RPC server crashed") at {r["llama_server_crashed_at_s"]} s of the load'
+        )
     if "asleep" in r:
-        lines.append(f"- llama-server asleep before the clients started: {r['asleep']} (waited {r['waited_for_sleep_s']} s "
-                     "for its log to say so)")
+        lines.append(
+            f"- llama-server asleep before the clients started: {r['asleep']} (waited {r['waited_for_sleep_s']} s "
+            "for its log to say so)"
+        )
     if "models" in r:
         lines.append(f"- models: {', '.join(r['models'])}, each client alternating between them")
-    lines.append(f"- streamed requests in flight at the fault: {r['streams_in_flight_at_fault']}; stretches over 1 s "
-                 f"without any answer (start, length): {r['stretches_over_1s']}")
+    lines.append(
+        f"- streamed requests in flight at the fault: {r['streams_in_flight_at_fault']}; stretches over 1 s "
+        f"without any answer (start, length): {r['stretches_over_1s']}"
+    )
     if r["errors"]:
         lines.append("- failures: " + "; ".join(f"{n} x `{flat(e)}`" for e, n in r["errors"].items()))
     g = r["logs"]
-    lines.append(f"- the front's log: {g['front_requests']} requests, status {g['front_status']}, ends {g['front_ends']}, "
-                 f"{g['front_retries']} tries again")
+    lines.append(
+        f"- the front's log: {g['front_requests']} requests, status {g['front_status']}, ends {g['front_ends']}, "
+        f"{g['front_retries']} tries again"
+    )
     lines.append(f"- `status` after: {r.get('front_after_line', '-')}")
     return "\n".join(lines)
 
@@ -589,8 +705,12 @@ def main() -> None:
             after_ = front_figures()
             r["case_window"] = [round(case_wall, 1), round(time.time(), 1)]
             r["case_front_log"] = case_front_log(*r["case_window"])
-            r.update(front_before=before, front_after=after_, front_delta=front_delta(before, after_),
-                     front_after_line=front_line(after_))
+            r.update(
+                front_before=before,
+                front_after=after_,
+                front_delta=front_delta(before, after_),
+                front_after_line=front_line(after_),
+            )
             results[name] = r
             log(f"case {name}: {summary(name, r)}; {r['front_after_line']}")
             write(args.out, json_path, results, run_meta)
@@ -610,20 +730,38 @@ def summary(name: str, r: dict) -> str:
     if "error" in r:
         return r["error"]
     if name == "front-cost":
-        return "; ".join(f"{name}: ratio {p['ratio']} {p['ratio_interval']}, TTFT {p['ttft_diff_ms']:+} ms, HAProxy "
-                         f"{p['front_cpu_us_per_token']} us of CPU per token" for name, p in r["placements"].items())
-    return (f"{r['sent']} sent, {r['failed_plain']} failed non-streamed, {r['failed_stream']} failed streamed, "
-            f"first answer {r.get('first_answer_after_heal_s', r['first_answer_s'])} s, longest "
-            f"{r['longest_request_s']} s")
+        return "; ".join(
+            f"{name}: ratio {p['ratio']} {p['ratio_interval']}, TTFT {p['ttft_diff_ms']:+} ms, HAProxy "
+            f"{p['front_cpu_us_per_token']} us of CPU per token"
+            for name, p in r["placements"].items()
+        )
+    return (
+        f"{r['sent']} sent, {r['failed_plain']} failed non-streamed, {r['failed_stream']} failed streamed, "
+        f"first answer {r.get('first_answer_after_heal_s', r['first_answer_s'])} s, longest "
+        f"{r['longest_request_s']} s"
+    )
 
 
 def meta(cases: list[str]) -> dict:
-    changed = [l[3:] for l in git("status", "--porcelain").splitlines()
-               if not l[3:].startswith(("docs/results/no-request-lost", "benchmarks/no_request_lost",
-                                        "benchmarks/client_load", "benchmarks/front_cost"))]
-    return {"command": f"--cases {','.join(cases)}", "date": time.strftime("%Y-%m-%d"),
-            "machine": f"{os.cpu_count()} cores ({cpu_model()}), {platform.system()} {platform.release()}",
-            "commit": git("rev-parse", "--short", "HEAD"), "uncommitted": changed}
+    changed = [
+        l[3:]
+        for l in git("status", "--porcelain").splitlines()
+        if not l[3:].startswith(
+            (
+                "docs/results/no-request-lost",
+                "benchmarks/no_request_lost",
+                "benchmarks/client_load",
+                "benchmarks/front_cost",
+            )
+        )
+    ]
+    return {
+        "command": f"--cases {','.join(cases)}",
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{os.cpu_count()} cores ({cpu_model()}), {platform.system()} {platform.release()}",
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "uncommitted": changed,
+    }
 
 
 def write(out: Path, json_path: Path, results: dict, run_meta: dict) -> None:

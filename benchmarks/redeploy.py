@@ -11,6 +11,7 @@ then measures:
   - a completion's tokens/s from the model split across the hosts (each host pinned to its own core).
 Prints one JSON object and writes the Markdown table to --out.
 """
+
 from __future__ import annotations
 
 import argparse

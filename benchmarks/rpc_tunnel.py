@@ -17,6 +17,7 @@ The ratio tunnel / plain is the median of the per-round ratios, with a 95% boots
 Targets (issue 27): generation at least 0.97, load at least 0.9. The lab is deployed as its inventory says, its
 links unshaped and the hosts unpinned at the end. Writes --out and its .json beside it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -93,14 +94,20 @@ def main() -> None:
     try:
         for r in range(args.rounds):
             row = {}
-            for transport in (TRANSPORTS if r % 2 == 0 else TRANSPORTS[::-1]):
+            for transport in TRANSPORTS if r % 2 == 0 else TRANSPORTS[::-1]:
                 switch = deploy(INVENTORY, f"rpc_transport={transport}", "rpc_cache=False").seconds
                 gen = generation(cluster, args.runs)
                 loads = [load_once(cluster) for _ in range(args.loads)]
-                row[transport] = {"switch_s": round(switch, 1), "generation_tps": gen,
-                                  "load_mib": [round(m, 2) for m, _ in loads], "load_s": [round(s, 4) for _, s in loads]}
-                log(f"round {r + 1} {transport}: {statistics.median(gen):.1f} tok/s, load "
-                    f"{statistics.median(m / s for m, s in loads):.0f} MiB/s ({loads[0][0]:.1f} MiB), switch {switch:.0f} s")
+                row[transport] = {
+                    "switch_s": round(switch, 1),
+                    "generation_tps": gen,
+                    "load_mib": [round(m, 2) for m, _ in loads],
+                    "load_s": [round(s, 4) for _, s in loads],
+                }
+                log(
+                    f"round {r + 1} {transport}: {statistics.median(gen):.1f} tok/s, load "
+                    f"{statistics.median(m / s for m, s in loads):.0f} MiB/s ({loads[0][0]:.1f} MiB), switch {switch:.0f} s"
+                )
             rounds.append(row)
     finally:
         shape(None)
@@ -111,14 +118,21 @@ def main() -> None:
 
 def summary(rounds: list[dict]) -> dict:
     out = {}
-    for kind, value in (("generation", lambda s: statistics.median(s["generation_tps"])),
-                        ("load", lambda s: statistics.median(m / t for m, t in zip(s["load_mib"], s["load_s"])))):
+    for kind, value in (
+        ("generation", lambda s: statistics.median(s["generation_tps"])),
+        ("load", lambda s: statistics.median(m / t for m, t in zip(s["load_mib"], s["load_s"]))),
+    ):
         per = {t: [value(r[t]) for r in rounds] for t in TRANSPORTS}
         ratios = [value(r["tunnel"]) / value(r["plain"]) for r in rounds]
         low, high = interval(ratios, seed=27)
-        out[kind] = {"tunnel": round(statistics.median(per["tunnel"]), 2), "plain": round(statistics.median(per["plain"]), 2),
-                     "ratio": round(statistics.median(ratios), 3), "interval": [round(low, 3), round(high, 3)],
-                     "ratios": [round(x, 3) for x in ratios], "tunnel_ahead": sum(x > 1 for x in ratios)}
+        out[kind] = {
+            "tunnel": round(statistics.median(per["tunnel"]), 2),
+            "plain": round(statistics.median(per["plain"]), 2),
+            "ratio": round(statistics.median(ratios), 3),
+            "interval": [round(low, 3), round(high, 3)],
+            "ratios": [round(x, 3) for x in ratios],
+            "tunnel_ahead": sum(x > 1 for x in ratios),
+        }
     g = out["generation"]
     out["added_ms_per_token"] = round(1000 / g["tunnel"] - 1000 / g["plain"], 3)
     return out
@@ -126,8 +140,16 @@ def summary(rounds: list[dict]) -> dict:
 
 def write(args, rounds: list[dict]) -> None:
     s = summary(rounds)
-    data = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.node(),
-            "rounds": args.rounds, "runs": args.runs, "loads": args.loads, "rate": args.rate, "summary": s, "data": rounds}
+    data = {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": platform.node(),
+        "rounds": args.rounds,
+        "runs": args.runs,
+        "loads": args.loads,
+        "rate": args.rate,
+        "summary": s,
+        "data": rounds,
+    }
     args.out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
     g, ld = s["generation"], s["load"]
     added = s["added_ms_per_token"]
@@ -163,7 +185,7 @@ def write(args, rounds: list[dict]) -> None:
         "- **The load is the link's.** Both transports fill the 1 Gbit/s link (114 MiB/s is 0.96 Gbit/s); TLS's "
         "22 bytes a record of up to 16 KiB (header, AES-GCM tag, type) are 0.13%. The window ends at the last KV buffer on a worker: SET_TENSOR has no "
         "reply, so llama.cpp is done writing the weights once they sit in socket buffers, and through a tunnel there "
-        "are more of those (an earlier version of this script, ending at \"constructing llama_context\", showed the "
+        'are more of those (an earlier version of this script, ending at "constructing llama_context", showed the '
         "tunnel at 1.2x plain for that reason).",
         "- rpc_cache is off on both sides: with it, a reload sends the large tensors' hashes only, and the load would "
         "measure the cache.",

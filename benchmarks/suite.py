@@ -13,6 +13,7 @@
   5. f16 against q8_0 KV cache at a long context (a ~3000-token prompt)
 The lab runs one worker here (as the RTX 4080 + RTX 5060 Ti pair has one). Writes the figures to docs/results/benchmarks.md and prints JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,10 +46,14 @@ def timed(fn) -> float:
 
 # --- 2. image distribution ---
 
+
 def image_distribution(inventory: Path, image: str, worker_ip: str) -> dict:
     def drop_worker_image():
-        on("worker1", f"systemctl stop rpc-server-watchdog rpc-server; docker rm -f rpc-server >/dev/null 2>&1; "
-                      f"docker rmi -f {image} >/dev/null; docker image prune -f >/dev/null")
+        on(
+            "worker1",
+            f"systemctl stop rpc-server-watchdog rpc-server; docker rm -f rpc-server >/dev/null 2>&1; "
+            f"docker rmi -f {image} >/dev/null; docker image prune -f >/dev/null",
+        )
 
     image_bytes = int(on("coordinator", f"docker image inspect --format '{{{{.Size}}}}' {image}"))
     wire_bytes = int(on("coordinator", f"docker save {image} | zstd -T0 -3 -c | wc -c"))
@@ -63,24 +68,39 @@ def image_distribution(inventory: Path, image: str, worker_ip: str) -> dict:
         coordinator, worker = lab.ip_of(0), worker_ip
         stages = {}
         stages["save"] = timed(lambda: on("coordinator", f"docker save -o /var/tmp/image.tar {image}"))
-        stages["copy_to_control"] = timed(lambda: sh("scp", "-q", "-F", str(config), f"{coordinator}:/var/tmp/image.tar", f"{tmp}/image.tar"))
-        stages["copy_to_worker"] = timed(lambda: sh("scp", "-q", "-F", str(config), f"{tmp}/image.tar", f"{worker}:/var/tmp/image.tar"))
+        stages["copy_to_control"] = timed(
+            lambda: sh("scp", "-q", "-F", str(config), f"{coordinator}:/var/tmp/image.tar", f"{tmp}/image.tar")
+        )
+        stages["copy_to_worker"] = timed(
+            lambda: sh("scp", "-q", "-F", str(config), f"{tmp}/image.tar", f"{worker}:/var/tmp/image.tar")
+        )
         stages["load"] = timed(lambda: on("worker1", "docker load -q -i /var/tmp/image.tar"))
         naive = sum(stages.values())
         load_alone = stages["load"]
     on("coordinator", "rm -f /var/tmp/image.tar")
-    on("worker1", f"rm -f /var/tmp/image.tar; docker tag $(docker images -q | head -1) {image} 2>/dev/null; "
-                  "systemctl start rpc-server rpc-server-watchdog")
+    on(
+        "worker1",
+        f"rm -f /var/tmp/image.tar; docker tag $(docker images -q | head -1) {image} 2>/dev/null; "
+        "systemctl start rpc-server rpc-server-watchdog",
+    )
     wire_limit = wire_bytes / LINK_BYTES_PER_S
-    return {"image_bytes": image_bytes, "wire_bytes": wire_bytes, "link": LINK,
-            "streamed_s": round(streamed, 2), "naive_s": round(naive, 2),
-            "naive_stages_s": {k: round(v, 2) for k, v in stages.items()},
-            "wire_limit_s": round(wire_limit, 2), "save_and_compress_alone_s": round(save_compress, 2),
-            "docker_load_alone_s": round(load_alone, 2),
-            "naive_over_streamed": round(naive / streamed, 2), "streamed_over_wire_limit": round(streamed / wire_limit, 2)}
+    return {
+        "image_bytes": image_bytes,
+        "wire_bytes": wire_bytes,
+        "link": LINK,
+        "streamed_s": round(streamed, 2),
+        "naive_s": round(naive, 2),
+        "naive_stages_s": {k: round(v, 2) for k, v in stages.items()},
+        "wire_limit_s": round(wire_limit, 2),
+        "save_and_compress_alone_s": round(save_compress, 2),
+        "docker_load_alone_s": round(load_alone, 2),
+        "naive_over_streamed": round(naive / streamed, 2),
+        "streamed_over_wire_limit": round(streamed / wire_limit, 2),
+    }
 
 
 # --- 3. split against one host ---
+
 
 def generation_tps(complete, runs: int = 5) -> float:
     complete("warm up", 4)
@@ -90,11 +110,14 @@ def generation_tps(complete, runs: int = 5) -> float:
 def split_vs_single(cluster, image: str) -> dict:
     split = generation_tps(lambda p, n: client.complete(cluster, p, n))
     model = cluster.settings["llama_model_path"]
-    on("coordinator", "docker rm -f bench-single >/dev/null 2>&1; "
-                      f"docker run -d --name bench-single --network host -v {Path(model).parent}:/models:ro {image} server "
-                      f"--model /models/{Path(model).name} --host 127.0.0.1 --port 8091 --threads 1 "
-                      f"--ctx-size {cluster.settings['llama_ctx_size']} --parallel {cluster.settings['llama_parallel']} >/dev/null; "
-                      "for i in $(seq 120); do curl -fs http://127.0.0.1:8091/health >/dev/null && exit 0; sleep 1; done; exit 1")
+    on(
+        "coordinator",
+        "docker rm -f bench-single >/dev/null 2>&1; "
+        f"docker run -d --name bench-single --network host -v {Path(model).parent}:/models:ro {image} server "
+        f"--model /models/{Path(model).name} --host 127.0.0.1 --port 8091 --threads 1 "
+        f"--ctx-size {cluster.settings['llama_ctx_size']} --parallel {cluster.settings['llama_parallel']} >/dev/null; "
+        "for i in $(seq 120); do curl -fs http://127.0.0.1:8091/health >/dev/null && exit 0; sleep 1; done; exit 1",
+    )
 
     def single_complete(prompt, n):
         body = json.dumps({"prompt": prompt, "n_predict": n, "cache_prompt": False})
@@ -104,11 +127,15 @@ def split_vs_single(cluster, image: str) -> dict:
         single = generation_tps(single_complete)
     finally:
         on("coordinator", "docker rm -f bench-single >/dev/null", check=False)
-    return {"split_tokens_per_s": round(split, 1), "single_host_tokens_per_s": round(single, 1),
-            "split_over_single": round(split / single, 3)}
+    return {
+        "split_tokens_per_s": round(split, 1),
+        "single_host_tokens_per_s": round(single, 1),
+        "split_over_single": round(split / single, 3),
+    }
 
 
 # --- 4. reload after idle sleep, with and without the tensor cache ---
+
 
 def reload_after_sleep(inventory: Path, cluster, runs: int = 2) -> dict:
     local = ROOT / ".cache" / "bench-big.gguf"
@@ -129,27 +156,41 @@ def reload_after_sleep(inventory: Path, cluster, runs: int = 2) -> dict:
             while not sleeping(cluster) and time.monotonic() < deadline:
                 time.sleep(0.5)
             times.append(time_to_first_token(cluster))
-        figures[f"first_token_after_sleep_{'with' if cache else 'without'}_cache_s"] = round(statistics.median(times), 2)
-    figures["with_over_without"] = round(figures["first_token_after_sleep_with_cache_s"]
-                                         / figures["first_token_after_sleep_without_cache_s"], 3)
+        figures[f"first_token_after_sleep_{'with' if cache else 'without'}_cache_s"] = round(
+            statistics.median(times), 2
+        )
+    figures["with_over_without"] = round(
+        figures["first_token_after_sleep_with_cache_s"] / figures["first_token_after_sleep_without_cache_s"], 3
+    )
     deploy(inventory)  # back to the lab's settings
     return figures
 
 
 # --- 5. f16 against q8_0 KV cache at a long context ---
 
+
 def kv_cache_types(inventory: Path, cluster, runs: int = 3) -> dict:
     long_prompt = PROMPT * 66  # about 3000 tokens with the test model's byte-level vocabulary
     figures = {}
     for kind in ("f16", "q8_0"):
-        deploy(inventory, "llama_ctx_size=4096", "llama_parallel=1", "llama_flash_attn=on",
-               f"llama_cache_type_k={kind}", f"llama_cache_type_v={kind}")
+        deploy(
+            inventory,
+            "llama_ctx_size=4096",
+            "llama_parallel=1",
+            "llama_flash_attn=on",
+            f"llama_cache_type_k={kind}",
+            f"llama_cache_type_v={kind}",
+        )
         client.complete(cluster, "warm up", 4)
         timings = [client.complete(cluster, long_prompt, 32, timeout=900)["timings"] for _ in range(runs)]
         figures[f"{kind}_prompt_tokens"] = timings[0]["prompt_n"]
         figures[f"{kind}_prompt_tokens_per_s"] = round(statistics.median(t["prompt_per_second"] for t in timings), 1)
-        figures[f"{kind}_generation_tokens_per_s"] = round(statistics.median(t["predicted_per_second"] for t in timings), 2)
-    figures["q8_0_over_f16_generation"] = round(figures["q8_0_generation_tokens_per_s"] / figures["f16_generation_tokens_per_s"], 3)
+        figures[f"{kind}_generation_tokens_per_s"] = round(
+            statistics.median(t["predicted_per_second"] for t in timings), 2
+        )
+    figures["q8_0_over_f16_generation"] = round(
+        figures["q8_0_generation_tokens_per_s"] / figures["f16_generation_tokens_per_s"], 3
+    )
     figures["q8_0_over_f16_prompt"] = round(figures["q8_0_prompt_tokens_per_s"] / figures["f16_prompt_tokens_per_s"], 3)
     deploy(inventory)
     return figures
@@ -157,14 +198,29 @@ def kv_cache_types(inventory: Path, cluster, runs: int = 3) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-redeploy", action="store_true", help="skip benchmark 1 (it rebuilds the lab from scratch)")
+    parser.add_argument(
+        "--skip-redeploy", action="store_true", help="skip benchmark 1 (it rebuilds the lab from scratch)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "benchmarks.md")
     args = parser.parse_args()
 
     results = {}
     if not args.skip_redeploy:
-        subprocess.run([sys.executable, "-m", "benchmarks.redeploy", "--workers", "1",
-                        "--out", str(args.out), "--json", str(ROOT / ".cache" / "redeploy.json")], cwd=ROOT, check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.redeploy",
+                "--workers",
+                "1",
+                "--out",
+                str(args.out),
+                "--json",
+                str(ROOT / ".cache" / "redeploy.json"),
+            ],
+            cwd=ROOT,
+            check=True,
+        )
         results["1_noop_redeploy"] = json.loads((ROOT / ".cache" / "redeploy.json").read_text())
     elif (ROOT / ".cache" / "redeploy.json").exists():  # the last run of benchmark 1 on this machine
         results["1_noop_redeploy"] = json.loads((ROOT / ".cache" / "redeploy.json").read_text())
@@ -217,25 +273,31 @@ def limits(results: dict) -> str:
     out = []
     d = results.get("2_image_distribution")
     if d:
-        out.append(f"- Image distribution: `docker save | zstd -3` alone takes {d['save_and_compress_alone_s']} s and `docker load` "
-                   f"alone {d['docker_load_alone_s']} s, against {d['wire_limit_s']} s on the wire: on these 2 cores the "
-                   "pipeline is CPU-bound (save, compress, ssh, decompress and load share them), not link-bound. The naive "
-                   f"path's two copies take {d['naive_stages_s']['copy_to_control']} s and {d['naive_stages_s']['copy_to_worker']} s "
-                   f"of its {d['naive_s']} s; streaming saves them and the temporary files.")
+        out.append(
+            f"- Image distribution: `docker save | zstd -3` alone takes {d['save_and_compress_alone_s']} s and `docker load` "
+            f"alone {d['docker_load_alone_s']} s, against {d['wire_limit_s']} s on the wire: on these 2 cores the "
+            "pipeline is CPU-bound (save, compress, ssh, decompress and load share them), not link-bound. The naive "
+            f"path's two copies take {d['naive_stages_s']['copy_to_control']} s and {d['naive_stages_s']['copy_to_worker']} s "
+            f"of its {d['naive_s']} s; streaming saves them and the temporary files."
+        )
     d = results.get("3_split_vs_single_host")
     if d:
         overhead = 1000 / d["split_tokens_per_s"] - 1000 / d["single_host_tokens_per_s"]
-        out.append(f"- Split against one host: the split costs {overhead:.2f} ms more per token ({1000 / d['single_host_tokens_per_s']:.2f} ms "
-                   "on one host): the RPC round trips of each token through two network namespaces, a Linux bridge and "
-                   "the tbf qdisc. The test model computes a token in about 2 ms, so this fixed cost weighs heavily; "
-                   f"at the RTX 4080 + RTX 5060 Ti pair's 26 tokens/s (38 ms a token) the same {overhead:.2f} ms would be "
-                   f"{38 / (38 + overhead):.2f}x (arithmetic, not a measurement).")
+        out.append(
+            f"- Split against one host: the split costs {overhead:.2f} ms more per token ({1000 / d['single_host_tokens_per_s']:.2f} ms "
+            "on one host): the RPC round trips of each token through two network namespaces, a Linux bridge and "
+            "the tbf qdisc. The test model computes a token in about 2 ms, so this fixed cost weighs heavily; "
+            f"at the RTX 4080 + RTX 5060 Ti pair's 26 tokens/s (38 ms a token) the same {overhead:.2f} ms would be "
+            f"{38 / (38 + overhead):.2f}x (arithmetic, not a measurement)."
+        )
     d = results.get("4_reload_after_sleep")
     if d:
-        out.append("- Reload with the tensor cache: rpc-server caches only tensors above 10 MiB (llama.cpp's hash threshold). "
-                   "In the benchmark model the FFN tensors (23 MB) pass it and the attention tensors (8 and 4 MB, about a "
-                   "quarter of the worker's bytes) do not, so they still cross the 1 Gbit/s link on every reload; a 32B "
-                   "model's attention tensors are above the threshold.")
+        out.append(
+            "- Reload with the tensor cache: rpc-server caches only tensors above 10 MiB (llama.cpp's hash threshold). "
+            "In the benchmark model the FFN tensors (23 MB) pass it and the attention tensors (8 and 4 MB, about a "
+            "quarter of the worker's bytes) do not, so they still cross the 1 Gbit/s link on every reload; a 32B "
+            "model's attention tensors are above the threshold."
+        )
     return ("\n## What limits the figures\n\n" + "\n".join(out) + "\n") if out else ""
 
 
@@ -247,11 +309,15 @@ def write_markdown(path: Path, results: dict) -> None:
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     marker = "<!-- suite:begin -->"
     head = text.split(marker)[0].rstrip() + "\n\n"
-    path.write_text(head + marker + "\n## The suite (`python3 -m benchmarks.suite`)\n\n"
-                    + "Each benchmark's figures come from one run of it on this 2-core, no-GPU machine (1: `benchmarks.redeploy`, "
-                    + "2-5: one run of the suite): the lab, one worker, links limited to "
-                    + f"{LINK}/s with tc tbf where it matters, each lab host pinned to its own core for 3-5.\n\n"
-                    + "\n".join(sections))
+    path.write_text(
+        head
+        + marker
+        + "\n## The suite (`python3 -m benchmarks.suite`)\n\n"
+        + "Each benchmark's figures come from one run of it on this 2-core, no-GPU machine (1: `benchmarks.redeploy`, "
+        + "2-5: one run of the suite): the lab, one worker, links limited to "
+        + f"{LINK}/s with tc tbf where it matters, each lab host pinned to its own core for 3-5.\n\n"
+        + "\n".join(sections)
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ the layer filter in place against today's plain stream. Each figure is measured 
    that OLD does not have, each layer tar compressed on its own, from a plain `docker save`.
 The lab's own settings are deployed again at the end.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,12 +43,15 @@ def changed_layers_compressed(old: str, new: str) -> tuple[int, int]:
     mine, theirs = layers("coordinator", new), layers("coordinator", old)
     shared = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
     changed = " ".join(d.split(":")[1] for d in mine[shared:])
-    size = on("coordinator", f"rm -rf /var/tmp/upgrade && mkdir /var/tmp/upgrade && cd /var/tmp/upgrade && "
-                             f"docker save {new} | tar -x && total=0; "
-                             "for f in $(find . -name layer.tar -o -path './blobs/sha256/*' -type f); do "
-                             "  d=$(sha256sum < $f | cut -d' ' -f1); "
-                             f"  case ' {changed} ' in *\" $d \"*) total=$((total + $(zstd -3 -c < $f | wc -c)));; esac; "
-                             "done; echo $total; rm -rf /var/tmp/upgrade")
+    size = on(
+        "coordinator",
+        f"rm -rf /var/tmp/upgrade && mkdir /var/tmp/upgrade && cd /var/tmp/upgrade && "
+        f"docker save {new} | tar -x && total=0; "
+        "for f in $(find . -name layer.tar -o -path './blobs/sha256/*' -type f); do "
+        "  d=$(sha256sum < $f | cut -d' ' -f1); "
+        f"  case ' {changed} ' in *\" $d \"*) total=$((total + $(zstd -3 -c < $f | wc -c)));; esac; "
+        "done; echo $total; rm -rf /var/tmp/upgrade",
+    )
     return len(mine) - shared, int(size)
 
 
@@ -62,14 +66,21 @@ def send(image: str, worker_ip: str, way: str, skip_layers: str) -> tuple[float,
     on("worker1", f"docker rmi {image} >/dev/null 2>&1; docker image prune -f >/dev/null")
     assert on("worker1", f"docker image inspect {image} >/dev/null 2>&1 && echo yes", check=False) != "yes"
     fact = facts.DockerImageLayers()
-    have = {"upgrade": lambda: fact.process(on("worker1", fact.command()).splitlines()),
-            "full": lambda: [], "first_deploy_filter": lambda: [UNRELATED]}[way]()
+    have = {
+        "upgrade": lambda: fact.process(on("worker1", fact.command()).splitlines()),
+        "full": lambda: [],
+        "first_deploy_filter": lambda: [UNRELATED],
+    }[way]()
     lab.put_file("coordinator", LAYERS, transfer.layers_text(have))
     before, start = rx_bytes("worker1"), time.monotonic()
-    on("coordinator", transfer.send_command(image, worker_ip, layers_file=LAYERS if have else None, skip_layers=skip_layers))
+    on(
+        "coordinator",
+        transfer.send_command(image, worker_ip, layers_file=LAYERS if have else None, skip_layers=skip_layers),
+    )
     seconds, received = time.monotonic() - start, rx_bytes("worker1") - before
     assert on("worker1", f"docker image inspect --format '{{{{.Id}}}}' {image}") == on(
-        "coordinator", f"docker image inspect --format '{{{{.Id}}}}' {image}")
+        "coordinator", f"docker image inspect --format '{{{{.Id}}}}' {image}"
+    )
     return seconds, received
 
 
@@ -77,8 +88,10 @@ def save_and_filter(image: str) -> dict:
     """What bounds the upgrade's time: docker save reads every layer (it cannot export some), and the
     filter hashes every layer tar of the legacy layout to know which to leave out."""
     timed = {}
-    for name, command in (("docker_save_alone_s", f"docker save {image} > /dev/null"),
-                          ("save_and_filter_s", f"docker save {image} | python3 /opt/llama-rpc/{roles.SKIP_LAYERS} drop > /dev/null")):
+    for name, command in (
+        ("docker_save_alone_s", f"docker save {image} > /dev/null"),
+        ("save_and_filter_s", f"docker save {image} | python3 /opt/llama-rpc/{roles.SKIP_LAYERS} drop > /dev/null"),
+    ):
         start = time.monotonic()
         on("coordinator", command)
         timed[name] = round(time.monotonic() - start, 2)
@@ -115,10 +128,17 @@ def main() -> None:
         limit_links(hosts, on_=False)
         on("worker1", "systemctl start rpc-server rpc-server-watchdog")
         deploy(INVENTORY)
-    r = {"old": old, "new": new, "image_bytes": image_bytes, "link": LINK, "runs": args.runs,
-         "upgrade_deploy_s": round(upgrade_deploy_s, 1), "changed_layers": n_changed,
-         "changed_layers_zstd_bytes": changed_bytes,
-         **{k: round(statistics.median(v), 2 if k.endswith("_s") else None) for k, v in figures.items()}}
+    r = {
+        "old": old,
+        "new": new,
+        "image_bytes": image_bytes,
+        "link": LINK,
+        "runs": args.runs,
+        "upgrade_deploy_s": round(upgrade_deploy_s, 1),
+        "changed_layers": n_changed,
+        "changed_layers_zstd_bytes": changed_bytes,
+        **{k: round(statistics.median(v), 2 if k.endswith("_s") else None) for k, v in figures.items()},
+    }
     r.update(save_and_filter(new))
     r["upgrade_bytes_over_changed_layers"] = round(r["upgrade_bytes"] / changed_bytes, 3)
     r["upgrade_bytes_over_full"] = round(r["upgrade_bytes"] / r["full_bytes"], 3)
@@ -133,24 +153,24 @@ def markdown(r: dict) -> str:
     return f"""# Upgrades: only the layers that changed
 
 `python3 -m benchmarks.upgrade` (a few minutes; the lab up). An upgrade of llama.cpp rebuilt as
-`llama_cpp_build_number` + 1: the image {r['new']} ({mb(r['image_bytes'])}) replaces {r['old']}; {r['changed_layers']}
-of its layers are new, {mb(r['changed_layers_zstd_bytes'])} compressed. Sent to a worker that has the previous
-image, over a {r['link']}/s link, medians of {r['runs']} runs of each way, the ways alternating; bytes are what the
+`llama_cpp_build_number` + 1: the image {r["new"]} ({mb(r["image_bytes"])}) replaces {r["old"]}; {r["changed_layers"]}
+of its layers are new, {mb(r["changed_layers_zstd_bytes"])} compressed. Sent to a worker that has the previous
+image, over a {r["link"]}/s link, medians of {r["runs"]} runs of each way, the ways alternating; bytes are what the
 worker's network interface received.
 
 | way | bytes on the wire | time |
 | --- | ---: | ---: |
-| upgrade: the deploy's command (the worker has the previous image) | {mb(r['upgrade_bytes'])} | {r['upgrade_s']:.2f} s |
-| full image: the plain stream (today's before the filter) | {mb(r['full_bytes'])} | {r['full_s']:.2f} s |
-| first deploy: the deploy's command, no layer shared | {mb(r['first_deploy_filter_bytes'])} | {r['first_deploy_filter_s']:.2f} s |
+| upgrade: the deploy's command (the worker has the previous image) | {mb(r["upgrade_bytes"])} | {r["upgrade_s"]:.2f} s |
+| full image: the plain stream (today's before the filter) | {mb(r["full_bytes"])} | {r["full_s"]:.2f} s |
+| first deploy: the deploy's command, no layer shared | {mb(r["first_deploy_filter_bytes"])} | {r["first_deploy_filter_s"]:.2f} s |
 
-- Upgrade bytes / compressed size of the changed layers: **{r['upgrade_bytes_over_changed_layers']}** (target at most 1.1).
-- Upgrade against the full image: {r['upgrade_bytes_over_full']} of the bytes, {r['upgrade_s_over_full']} of the time.
-- First deploy with the filter against the plain stream: **{r['first_deploy_s_over_plain']}** of the time (target at most 1.05).
+- Upgrade bytes / compressed size of the changed layers: **{r["upgrade_bytes_over_changed_layers"]}** (target at most 1.1).
+- Upgrade against the full image: {r["upgrade_bytes_over_full"]} of the bytes, {r["upgrade_s_over_full"]} of the time.
+- First deploy with the filter against the plain stream: **{r["first_deploy_s_over_plain"]}** of the time (target at most 1.05).
 
-What limits the upgrade's time: not the link ({mb(r['upgrade_bytes'])} take {r['upgrade_bytes'] / 125e6:.2f} s at 1 Gbit/s) but
-the coordinator's `docker save`, which reads every layer of the image ({r['docker_save_alone_s']} s alone here; with
-the filter hashing each layer tar on its way through, {r['save_and_filter_s']} s), and `docker load` on the worker.
+What limits the upgrade's time: not the link ({mb(r["upgrade_bytes"])} take {r["upgrade_bytes"] / 125e6:.2f} s at 1 Gbit/s) but
+the coordinator's `docker save`, which reads every layer of the image ({r["docker_save_alone_s"]} s alone here; with
+the filter hashing each layer tar on its way through, {r["save_and_filter_s"]} s), and `docker load` on the worker.
 Over a slower link, or with the CUDA image's few GB of base layers, the bytes saved dominate.
 
 ```json

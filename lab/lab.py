@@ -14,6 +14,7 @@ from the llama-cpp-python sdist on PyPI (built offline).
     python -m llama_rpc_deploy lab pin      (each host on its own core, for measurements)
     python -m llama_rpc_deploy lab down
 """
+
 from __future__ import annotations
 
 import json
@@ -51,10 +52,25 @@ SDIST = "llama-cpp-python==0.3.36"
 MODEL = "/models/lab.gguf"
 MODEL_SHAPE = Shape(n_layer=8, n_embd=512, n_head=8, n_head_kv=4, n_ff=1536)
 # Flags that let systemd and a nested dockerd run in a container without --privileged (checked on this machine).
-HOST_FLAGS = ["--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
-              "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
-              "--security-opt", "systempaths=unconfined", "--cgroupns=host",
-              "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--tmpfs", "/run", "--tmpfs", "/run/lock"]
+HOST_FLAGS = [
+    "--cap-add",
+    "ALL",
+    "--cap-drop",
+    "SYS_RESOURCE",
+    "--security-opt",
+    "seccomp=unconfined",
+    "--security-opt",
+    "apparmor=unconfined",
+    "--security-opt",
+    "systempaths=unconfined",
+    "--cgroupns=host",
+    "-v",
+    "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "--tmpfs",
+    "/run",
+    "--tmpfs",
+    "/run/lock",
+]
 LABEL = "io.llama-rpc-deploy.lab=1"
 
 
@@ -63,8 +79,9 @@ def log(message: str) -> None:
 
 
 def docker(*args: str, check: bool = True, capture: bool = True, input: bytes | None = None, env=None) -> str:
-    result = subprocess.run(["docker", *args], check=False, capture_output=capture, input=input,
-                            env={**os.environ, **(env or {})})
+    result = subprocess.run(
+        ["docker", *args], check=False, capture_output=capture, input=input, env={**os.environ, **(env or {})}
+    )
     if check and result.returncode != 0:
         err = result.stderr.decode(errors="replace") if capture else ""
         raise RuntimeError(f"docker {' '.join(args)} failed ({result.returncode}): {err.strip()}")
@@ -78,8 +95,12 @@ def run_on(name: str, command: str, check: bool = True) -> str:
 
 def put_file(name: str, path: str, text: str) -> None:
     """Write text to a file on a lab host."""
-    subprocess.run(["docker", "exec", "-i", f"{PREFIX}-{name}", "sh", "-c", f"cat > {shlex.quote(path)}"],
-                   input=text, text=True, check=True)
+    subprocess.run(
+        ["docker", "exec", "-i", f"{PREFIX}-{name}", "sh", "-c", f"cat > {shlex.quote(path)}"],
+        input=text,
+        text=True,
+        check=True,
+    )
 
 
 def exists(kind: str, name: str) -> bool:
@@ -101,22 +122,41 @@ def ensure_images() -> None:
             continue
         log(f"making {image} with debootstrap (about a minute)")
         with tempfile.TemporaryDirectory(prefix="lab-rootfs-") as rootfs:
-            subprocess.run(["debootstrap", "--variant=minbase", release, rootfs, "http://deb.debian.org/debian"],
-                           check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                ["debootstrap", "--variant=minbase", release, rootfs, "http://deb.debian.org/debian"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
-            subprocess.run(["docker", "import", "--change", 'CMD ["/bin/bash"]', "-", image],
-                           stdin=tar.stdout, check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                ["docker", "import", "--change", 'CMD ["/bin/bash"]', "-", image],
+                stdin=tar.stdout,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             if tar.wait() != 0:
                 raise RuntimeError("tar of the debootstrap tree failed")
     if not exists("image", HOST_IMAGE) or _host_image_stale():
         log(f"building {HOST_IMAGE}")
-        docker("build", "--quiet", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "--label", f"lab.dockerfile={_host_dockerfile_hash()}",
-               "-f", str(PROJECT / "lab" / "host.Dockerfile"), "-t", HOST_IMAGE, str(PROJECT / "lab"),
-               env={"DOCKER_BUILDKIT": "0"})
+        docker(
+            "build",
+            "--quiet",
+            "--build-arg",
+            f"BASE_IMAGE={BASE_IMAGE}",
+            "--label",
+            f"lab.dockerfile={_host_dockerfile_hash()}",
+            "-f",
+            str(PROJECT / "lab" / "host.Dockerfile"),
+            "-t",
+            HOST_IMAGE,
+            str(PROJECT / "lab"),
+            env={"DOCKER_BUILDKIT": "0"},
+        )
 
 
 def _host_dockerfile_hash() -> str:
     import hashlib
+
     return hashlib.sha256((PROJECT / "lab" / "host.Dockerfile").read_bytes()).hexdigest()[:12]
 
 
@@ -134,8 +174,10 @@ def ensure_sdist() -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
     log(f"downloading the {SDIST} sdist (its vendor/llama.cpp is the lab's source)")
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                        "-d", tmp, SDIST], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:", "-d", tmp, SDIST],
+            check=True,
+        )
         archive = next(Path(tmp).glob("*.tar.gz"))
         subprocess.run(["tar", "-xzf", str(archive), "-C", tmp], check=True)
         shutil.rmtree(tree, ignore_errors=True)
@@ -147,7 +189,9 @@ def ensure_key() -> Path:
     key = LAB_DIR / "id_ed25519"
     if not key.exists():
         LAB_DIR.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "llama-rpc-lab", "-f", str(key)], check=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "llama-rpc-lab", "-f", str(key)], check=True
+        )
     return key
 
 
@@ -170,8 +214,24 @@ def outsider() -> str:
     """Another machine on the same network that is not part of the cluster (for the lockdown tests):
     a plain container with bash and curl, no services. Returns its container name."""
     if not exists("container", OUTSIDER):
-        docker("run", "-d", "--name", OUTSIDER, "--hostname", "outsider", "--label", LABEL, "--network", NETWORK,
-               "--ip", ip_of(OUTSIDER_IP_INDEX), "--entrypoint", "sleep", HOST_IMAGE, "infinity")
+        docker(
+            "run",
+            "-d",
+            "--name",
+            OUTSIDER,
+            "--hostname",
+            "outsider",
+            "--label",
+            LABEL,
+            "--network",
+            NETWORK,
+            "--ip",
+            ip_of(OUTSIDER_IP_INDEX),
+            "--entrypoint",
+            "sleep",
+            HOST_IMAGE,
+            "infinity",
+        )
     elif docker("inspect", "--format", "{{.State.Running}}", OUTSIDER) != "true":
         docker("start", OUTSIDER)
     return OUTSIDER
@@ -186,11 +246,33 @@ def mirror(tarballs: dict[str, Path]) -> str:
     """A lab host that serves files over HTTP (busybox httpd) at the paths given, e.g. a llama.cpp
     tarball at GitHub's path; for the deploy's download path. Returns its base URL."""
     if not exists("container", MIRROR):
-        docker("run", "-d", "--name", MIRROR, "--hostname", "mirror", "--label", LABEL, "--network", NETWORK,
-               "--ip", ip_of(MIRROR_IP_INDEX), "--entrypoint", "sleep", HOST_IMAGE, "infinity")
+        docker(
+            "run",
+            "-d",
+            "--name",
+            MIRROR,
+            "--hostname",
+            "mirror",
+            "--label",
+            LABEL,
+            "--network",
+            NETWORK,
+            "--ip",
+            ip_of(MIRROR_IP_INDEX),
+            "--entrypoint",
+            "sleep",
+            HOST_IMAGE,
+            "infinity",
+        )
         log("mirror: installing busybox (its httpd serves the files)")
-        docker("exec", MIRROR, "sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
-               "apt-get install -y -qq --no-install-recommends busybox >/dev/null")
+        docker(
+            "exec",
+            MIRROR,
+            "sh",
+            "-c",
+            "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+            "apt-get install -y -qq --no-install-recommends busybox >/dev/null",
+        )
     elif docker("inspect", "--format", "{{.State.Running}}", MIRROR) != "true":
         docker("start", MIRROR)
     for path, local in tarballs.items():
@@ -209,16 +291,31 @@ def ensure_network() -> None:
 def ensure_host(index: int, name: str) -> str:
     container = f"{PREFIX}-{name}"
     if exists("container", container) and docker("inspect", "--format", "{{.Image}}", container) != docker(
-            "image", "inspect", "--format", "{{.Id}}", HOST_IMAGE):
+        "image", "inspect", "--format", "{{.Id}}", HOST_IMAGE
+    ):
         log(f"{container}: lab/host.Dockerfile changed: a new container (its dockerd's volume, images included, stays)")
         docker("rm", "--force", container)
     if exists("container", container):
         if docker("inspect", "--format", "{{.State.Running}}", container) != "true":
             docker("start", container)
         return container
-    args = ["run", "-d", "--name", container, "--hostname", name, "--label", LABEL,
-            "--network", NETWORK, "--ip", ip_of(index), *HOST_FLAGS,
-            "-v", f"{container}-docker:/var/lib/docker"]
+    args = [
+        "run",
+        "-d",
+        "--name",
+        container,
+        "--hostname",
+        name,
+        "--label",
+        LABEL,
+        "--network",
+        NETWORK,
+        "--ip",
+        ip_of(index),
+        *HOST_FLAGS,
+        "-v",
+        f"{container}-docker:/var/lib/docker",
+    ]
     docker(*args, HOST_IMAGE)
     return container
 
@@ -227,21 +324,35 @@ def wait_ready(container: str, timeout: float = 120) -> None:
     """systemd up, sshd and dockerd answering."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        probe = subprocess.run(["docker", "exec", container, "sh", "-c",
-                                "systemctl is-active --quiet ssh docker && test -s /etc/ssh/ssh_host_ed25519_key.pub && docker info >/dev/null 2>&1"],
-                               capture_output=True)
+        probe = subprocess.run(
+            [
+                "docker",
+                "exec",
+                container,
+                "sh",
+                "-c",
+                "systemctl is-active --quiet ssh docker && test -s /etc/ssh/ssh_host_ed25519_key.pub && docker info >/dev/null 2>&1",
+            ],
+            capture_output=True,
+        )
         if probe.returncode == 0:
             return
         time.sleep(1)
-    raise RuntimeError(f"{container}: sshd and dockerd not up within {timeout:.0f} s "
-                       f"(docker exec {container} systemctl --failed)")
+    raise RuntimeError(
+        f"{container}: sshd and dockerd not up within {timeout:.0f} s (docker exec {container} systemctl --failed)"
+    )
 
 
 def authorize(container: str, key: Path) -> None:
     public = key.with_suffix(".pub").read_text().strip()
-    docker("exec", container, "sh", "-c",
-           f"mkdir -p /root/.ssh && chmod 700 /root/.ssh && touch /root/.ssh/authorized_keys && "
-           f"grep -qxF '{public}' /root/.ssh/authorized_keys || echo '{public}' >> /root/.ssh/authorized_keys")
+    docker(
+        "exec",
+        container,
+        "sh",
+        "-c",
+        f"mkdir -p /root/.ssh && chmod 700 /root/.ssh && touch /root/.ssh/authorized_keys && "
+        f"grep -qxF '{public}' /root/.ssh/authorized_keys || echo '{public}' >> /root/.ssh/authorized_keys",
+    )
 
 
 def host_key_line(container: str, ip: str) -> str:
@@ -254,14 +365,21 @@ def preload_base_images(container: str) -> None:
     """The coordinator builds FROM the lab's base images; with no registry they have to be loaded in."""
     for image in BASE_IMAGES:
         wanted = docker("image", "inspect", "--format", "{{.Id}}", image)
-        have = subprocess.run(["docker", "exec", container, "docker", "image", "inspect", "--format", "{{.Id}}", image],
-                              capture_output=True, text=True).stdout.strip()
+        have = subprocess.run(
+            ["docker", "exec", container, "docker", "image", "inspect", "--format", "{{.Id}}", image],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         if have == wanted:
             continue
         log(f"loading {image} into {container}'s dockerd")
         save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
-        subprocess.run(["docker", "exec", "-i", container, "docker", "load", "--quiet"], stdin=save.stdout, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            ["docker", "exec", "-i", container, "docker", "load", "--quiet"],
+            stdin=save.stdout,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         if save.wait() != 0:
             raise RuntimeError(f"docker save of {image} failed")
 
@@ -278,8 +396,14 @@ def place_model(container: str) -> None:
         return
     docker("exec", container, "mkdir", "-p", str(Path(MODEL).parent))
     docker("cp", str(local), f"{container}:{MODEL}.new")
-    docker("exec", container, "sh", "-c", f"chmod 644 {MODEL}.new && mv {MODEL}.new {MODEL} && "
-           "{ ! systemctl cat llama-server.service >/dev/null 2>&1 || systemctl try-restart llama-server.service; }")  # none yet
+    docker(
+        "exec",
+        container,
+        "sh",
+        "-c",
+        f"chmod 644 {MODEL}.new && mv {MODEL}.new {MODEL} && "
+        "{ ! systemctl cat llama-server.service >/dev/null 2>&1 || systemctl try-restart llama-server.service; }",
+    )  # none yet
 
 
 def lab_settings(sdist: Path, workers: int, api_key: Path) -> dict:
@@ -306,10 +430,18 @@ def lab_settings(sdist: Path, workers: int, api_key: Path) -> dict:
 
 def write_inventory(workers: int, key: Path, known_hosts: Path, settings: dict) -> Path:
     """The lab's inventory: each host gets the lab's settings that its role reads (settings.Setting.read_from)."""
-    ssh = {"ssh_user": "root", "ssh_port": 22, "ssh_key": str(key), "ssh_known_hosts_file": str(known_hosts),
-           "ssh_strict_host_key_checking": "yes", "ssh_allow_agent": False, "ssh_look_for_keys": False}
-    by_role = {role: {k: v for k, v in settings.items() if BY_NAME[k].read_from in (role, EVERY_HOST)}
-               for role in ROLES}
+    ssh = {
+        "ssh_user": "root",
+        "ssh_port": 22,
+        "ssh_key": str(key),
+        "ssh_known_hosts_file": str(known_hosts),
+        "ssh_strict_host_key_checking": "yes",
+        "ssh_allow_agent": False,
+        "ssh_look_for_keys": False,
+    }
+    by_role = {
+        role: {k: v for k, v in settings.items() if BY_NAME[k].read_from in (role, EVERY_HOST)} for role in ROLES
+    }
     text = f'''# Written by `python -m llama_rpc_deploy lab up`: the local lab's hosts (containers on {SUBNET}).
 # Same form as ../inventory.py; the lab's settings override group_data for these hosts.
 SSH = {ssh!r}
@@ -350,7 +482,9 @@ def up(workers: int = 1) -> Path:
     preload_base_images(coordinator)
     place_model(coordinator)
     inventory = write_inventory(workers, key, known_hosts, lab_settings(sdist, workers, ensure_api_key()))
-    log(f"up: coordinator {ip_of(0)}, workers {', '.join(ip_of(i) for i in range(1, workers + 1))}; inventory {inventory}")
+    log(
+        f"up: coordinator {ip_of(0)}, workers {', '.join(ip_of(i) for i in range(1, workers + 1))}; inventory {inventory}"
+    )
     return inventory
 
 
@@ -429,8 +563,9 @@ def reconnect(container: str, ip: str) -> None:
 
 def lab_interface(container: str, ip: str) -> str:
     """The name of the host's interface on the lab's network (eth0, or eth1 after a reconnect)."""
-    return docker("exec", container, "sh", "-c",
-                  f"ip -o -4 addr show | awk '$4 ~ /^{re.escape(ip)}\\// {{ print $2; exit }}'")
+    return docker(
+        "exec", container, "sh", "-c", f"ip -o -4 addr show | awk '$4 ~ /^{re.escape(ip)}\\// {{ print $2; exit }}'"
+    )
 
 
 def free_ports(n: int) -> list[int]:

@@ -14,6 +14,7 @@ layers across RPC devices and generates tokens.
 
     python -m lab.testmodel OUT.gguf [--n-layer 8 --n-embd 512 ...] [--sentence]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,8 +69,15 @@ def vocabulary() -> tuple[list[bytes], list[float], list[int]]:
     return tokens, scores, types
 
 
-def _write_gguf(path: Path, shape: Shape, name: str, vocab: tuple[list[bytes], list[float], list[int]],
-                tensors: dict[str, np.ndarray], chat_template: str | None = None, split_max_tensors: int = 0) -> Path:
+def _write_gguf(
+    path: Path,
+    shape: Shape,
+    name: str,
+    vocab: tuple[list[bytes], list[float], list[int]],
+    tensors: dict[str, np.ndarray],
+    chat_template: str | None = None,
+    split_max_tensors: int = 0,
+) -> Path:
     """The GGUF file, or with split_max_tensors the shards llama-gguf-split would write
     (PATH-00001-of-0000N.gguf, …): the path of the first one."""
     tokens, scores, types = vocab
@@ -157,8 +165,10 @@ def write_model(path: Path, shape: Shape = Shape()) -> Path:
 # --- the sentence model ---------------------------------------------------------------------------
 
 PROMPT = "Two computers, one model:"
-SENTENCE = (" each layer computes on whichever machine holds its weights and the logits travel back"
-            " so every answer arrives whole.")
+SENTENCE = (
+    " each layer computes on whichever machine holds its weights and the logits travel back"
+    " so every answer arrives whole."
+)
 # The chat prompt is the messages' text and nothing else, so a chat completion continues exactly
 # like /completion does on the same text (without a template llama-server would use ChatML; the
 # model continues any unknown text with SENTENCE too, see write_sentence_model).
@@ -168,10 +178,10 @@ CHAT_TEMPLATE = "{%- for message in messages -%}{{- message['content'] -}}{%- en
 PROMPT_2 = "Another model, same cluster:"
 SENTENCE_2 = " the router loads me on demand while workers keep cached tensors."
 
-SENTENCE_LOGIT = 20.0    # the successor's logit on a clean one-hot state (before the layers' noise)
-EMBED_SCALE = 20.0       # length of a word's embedding: the residual stream the layers add to
-LAYER_STD = 0.02         # attention and FFN weights ~ N(0, LAYER_STD), as in write_model
-OUTPUT_STD = 0.02        # dense random part of output.weight: every logit feels every layer
+SENTENCE_LOGIT = 20.0  # the successor's logit on a clean one-hot state (before the layers' noise)
+EMBED_SCALE = 20.0  # length of a word's embedding: the residual stream the layers add to
+LAYER_STD = 0.02  # attention and FFN weights ~ N(0, LAYER_STD), as in write_model
+OUTPUT_STD = 0.02  # dense random part of output.weight: every logit feels every layer
 
 
 def pieces(text: str, first: bool = True) -> list[str]:
@@ -209,8 +219,9 @@ def sentence_vocabulary(prompt: str = PROMPT, sentence: str = SENTENCE) -> tuple
     return tokens, scores, types
 
 
-def tokenize(text: str, vocab: tuple[list[bytes], list[float], list[int]] | None = None,
-             add_bos: bool = True) -> list[int]:
+def tokenize(
+    text: str, vocab: tuple[list[bytes], list[float], list[int]] | None = None, add_bos: bool = True
+) -> list[int]:
     """llama.cpp's SentencePiece tokenizer (llm_tokenizer_spm_session in src/llama-vocab.cpp) for
     plain text: a space in front (add_space_prefix), spaces as "▁", characters merged pairwise by
     the highest-scoring pair that is a token (ties: leftmost), then symbols that are no token as bytes."""
@@ -293,27 +304,41 @@ def sentence_weights(shape: Shape = Shape(), prompt: str = PROMPT, sentence: str
     return tensors
 
 
-def write_sentence_model(path: Path, shape: Shape = Shape(), split_max_tensors: int = 0,
-                         prompt: str = PROMPT, sentence: str = SENTENCE) -> Path:
+def write_sentence_model(
+    path: Path, shape: Shape = Shape(), split_max_tensors: int = 0, prompt: str = PROMPT, sentence: str = SENTENCE
+) -> Path:
     """The sentence model (default shape: the lab's, 8 layers of 512, about 50 MB); split into shards
     of at most split_max_tensors tensors when that is set (the first shard's path is returned)."""
-    return _write_gguf(path, shape, "llama-rpc-deploy sentence model (greedy output is known)",
-                       sentence_vocabulary(prompt, sentence), sentence_weights(shape, prompt, sentence),
-                       chat_template=CHAT_TEMPLATE,
-                       split_max_tensors=split_max_tensors)
+    return _write_gguf(
+        path,
+        shape,
+        "llama-rpc-deploy sentence model (greedy output is known)",
+        sentence_vocabulary(prompt, sentence),
+        sentence_weights(shape, prompt, sentence),
+        chat_template=CHAT_TEMPLATE,
+        split_max_tensors=split_max_tensors,
+    )
 
 
 # --- a numpy reference of llama.cpp's llama graph, for the margins --------------------------------
+
 
 def read_weights(path: Path) -> tuple[dict[str, np.ndarray], Shape]:
     """The tensors of a GGUF written here (as float32), and its shape."""
     reader = GGUFReader(str(path))
     field = lambda key: int(reader.fields[key].parts[-1][0])  # noqa: E731
-    shape = Shape(n_layer=field("llama.block_count"), n_embd=field("llama.embedding_length"),
-                  n_head=field("llama.attention.head_count"), n_head_kv=field("llama.attention.head_count_kv"),
-                  n_ff=field("llama.feed_forward_length"), n_ctx_train=field("llama.context_length"))
-    weights = {t.name: np.asarray(t.data, dtype=np.float32).reshape([int(n) for n in reversed(t.shape)])
-               for t in reader.tensors}
+    shape = Shape(
+        n_layer=field("llama.block_count"),
+        n_embd=field("llama.embedding_length"),
+        n_head=field("llama.attention.head_count"),
+        n_head_kv=field("llama.attention.head_count_kv"),
+        n_ff=field("llama.feed_forward_length"),
+        n_ctx_train=field("llama.context_length"),
+    )
+    weights = {
+        t.name: np.asarray(t.data, dtype=np.float32).reshape([int(n) for n in reversed(t.shape)])
+        for t in reader.tensors
+    }
     return weights, shape
 
 
@@ -333,8 +358,13 @@ def _rope(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def forward(weights: dict[str, np.ndarray], shape: Shape, token_ids: list[int],
-            skip: frozenset[str] = frozenset(), added: dict | None = None) -> np.ndarray:
+def forward(
+    weights: dict[str, np.ndarray],
+    shape: Shape,
+    token_ids: list[int],
+    skip: frozenset[str] = frozenset(),
+    added: dict | None = None,
+) -> np.ndarray:
     """Logits [tokens, vocab] in float32. `skip` names sublayers left out ("blk.3.attn", "blk.3.ffn");
     `added`, when given, receives what each sublayer adds to the residual stream."""
     w = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}
@@ -384,7 +414,7 @@ def margins(weights: dict[str, np.ndarray] | None = None, shape: Shape = Shape()
     weights = sentence_weights(shape) if weights is None else weights
     ids, start = recital()
     logits = forward(weights, shape, ids)[start:-1]
-    expected = np.array(ids[start + 1:])
+    expected = np.array(ids[start + 1 :])
     rows = np.arange(len(expected))
     winner = logits[rows, expected]
     logits[rows, expected] = -np.inf

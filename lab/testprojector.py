@@ -13,6 +13,7 @@ feature), projector 128 -> n_embd_text -> n_embd_text. About 1.7 MB with n_embd_
 
     python -m lab.testprojector OUT.gguf [--n-embd-text 512] [--seed 1234]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,7 @@ IMAGE_STD = (0.26862954, 0.26130258, 0.27577711)
 WEIGHT_STD = 0.02
 
 
-def projector_tensors(n_embd_text: int = 512, seed: int = 1234,
-                      vision: VisionShape = VISION) -> dict[str, np.ndarray]:
+def projector_tensors(n_embd_text: int = 512, seed: int = 1234, vision: VisionShape = VISION) -> dict[str, np.ndarray]:
     """The tensors by GGUF name. numpy shape is ggml's ne reversed; matrices f16, vectors f32."""
     rng = np.random.default_rng(seed)
     d, ff, p = vision.n_embd, vision.n_ff, vision.patch_size
@@ -73,31 +73,35 @@ def projector_tensors(n_embd_text: int = 512, seed: int = 1234,
     }
     for i in range(vision.n_layer):
         blk = f"v.blk.{i}"
-        tensors.update({
-            f"{blk}.ln1.weight": norm(d),
-            f"{blk}.ln1.bias": bias(d),
-            f"{blk}.attn_q.weight": weight(d, d),
-            f"{blk}.attn_q.bias": bias(d),
-            f"{blk}.attn_k.weight": weight(d, d),
-            f"{blk}.attn_k.bias": bias(d),
-            f"{blk}.attn_v.weight": weight(d, d),
-            f"{blk}.attn_v.bias": bias(d),
-            f"{blk}.attn_out.weight": weight(d, d),
-            f"{blk}.attn_out.bias": bias(d),
-            f"{blk}.ln2.weight": norm(d),
-            f"{blk}.ln2.bias": bias(d),
-            # up: ne [d, ff]; down: ne [ff, d] (clip.cpp swaps them back only when down's ne[0] == d)
-            f"{blk}.ffn_up.weight": weight(ff, d),
-            f"{blk}.ffn_up.bias": bias(ff),
-            f"{blk}.ffn_down.weight": weight(d, ff),
-            f"{blk}.ffn_down.bias": bias(d),
-        })
-    tensors.update({
-        "mm.0.weight": weight(n_embd_text, d),  # ne [d, n_embd_text]
-        "mm.0.bias": bias(n_embd_text),
-        "mm.2.weight": weight(n_embd_text, n_embd_text),  # ne[1] is clip_n_mmproj_embd
-        "mm.2.bias": bias(n_embd_text),
-    })
+        tensors.update(
+            {
+                f"{blk}.ln1.weight": norm(d),
+                f"{blk}.ln1.bias": bias(d),
+                f"{blk}.attn_q.weight": weight(d, d),
+                f"{blk}.attn_q.bias": bias(d),
+                f"{blk}.attn_k.weight": weight(d, d),
+                f"{blk}.attn_k.bias": bias(d),
+                f"{blk}.attn_v.weight": weight(d, d),
+                f"{blk}.attn_v.bias": bias(d),
+                f"{blk}.attn_out.weight": weight(d, d),
+                f"{blk}.attn_out.bias": bias(d),
+                f"{blk}.ln2.weight": norm(d),
+                f"{blk}.ln2.bias": bias(d),
+                # up: ne [d, ff]; down: ne [ff, d] (clip.cpp swaps them back only when down's ne[0] == d)
+                f"{blk}.ffn_up.weight": weight(ff, d),
+                f"{blk}.ffn_up.bias": bias(ff),
+                f"{blk}.ffn_down.weight": weight(d, ff),
+                f"{blk}.ffn_down.bias": bias(d),
+            }
+        )
+    tensors.update(
+        {
+            "mm.0.weight": weight(n_embd_text, d),  # ne [d, n_embd_text]
+            "mm.0.bias": bias(n_embd_text),
+            "mm.2.weight": weight(n_embd_text, n_embd_text),  # ne[1] is clip_n_mmproj_embd
+            "mm.2.bias": bias(n_embd_text),
+        }
+    )
     return tensors
 
 
@@ -107,8 +111,9 @@ def write_projector(path: Path, n_embd_text: int = 512, seed: int = 1234) -> Pat
     vision = VISION
     writer = GGUFWriter(str(path), "clip")
     writer.add_name("llama-rpc-deploy test projector (random weights)")
-    writer.add_description(f"LLaVA-style mlp projector, {vision.image_size}px images, "
-                           f"{vision.n_patches} tokens of width {n_embd_text}")
+    writer.add_description(
+        f"LLaVA-style mlp projector, {vision.image_size}px images, {vision.n_patches} tokens of width {n_embd_text}"
+    )
     writer.add_file_type(1)  # mostly f16
     writer.add_clip_has_vision_encoder(True)
     writer.add_clip_projector_type(PROJECTOR_TYPE)

@@ -22,6 +22,7 @@ the `command(args)` of its module: plan.py, status.py, bench.py, tune/, settings
   testmodel OUT.gguf       write a small random-weight llama GGUF
 lab and testmodel run in a checkout (its lab/ folder is not installed with the package).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,12 +50,16 @@ def checkout_module(name: str, usage: str):
     for the installed `llama-rpc` command run in a checkout); None, with one line said, outside one."""
     checkout = find_checkout()
     if checkout is None:
-        print(f"error: {usage.split()[0]} needs a checkout of llama-rpc-deploy (its lab/ folder is not "
-              f"installed with the package): run `python3 -m llama_rpc_deploy {usage}` there", file=sys.stderr)
+        print(
+            f"error: {usage.split()[0]} needs a checkout of llama-rpc-deploy (its lab/ folder is not "
+            f"installed with the package): run `python3 -m llama_rpc_deploy {usage}` there",
+            file=sys.stderr,
+        )
         return None
     if str(checkout) not in sys.path:
         sys.path.insert(0, str(checkout))
     import importlib
+
     return importlib.import_module(name)
 
 
@@ -74,36 +79,70 @@ def main(argv: list[str] | None = None) -> int:
     p_bench.add_argument("--streams", default="1,2,4", help="parallel streams to measure, comma separated")
     p_bench.add_argument("--json", type=Path, help="write the figures here")
     p_bench.add_argument("--png", type=Path, help="plot tokens/s against streams, with the ceiling, here")
-    p_bench.add_argument("--model", type=Path, help="a local copy of the GGUF (default: its header is read "
-                                                    "on the coordinator over SSH)")
-    p_bench.add_argument("--sleep-wait", type=float, default=300,
-                         help="at most this many seconds to wait for the server to fall asleep")
+    p_bench.add_argument(
+        "--model", type=Path, help="a local copy of the GGUF (default: its header is read on the coordinator over SSH)"
+    )
+    p_bench.add_argument(
+        "--sleep-wait", type=float, default=300, help="at most this many seconds to wait for the server to fall asleep"
+    )
     p_plan = sub.add_parser("plan")
     p_plan.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
-    p_plan.add_argument("--model", type=Path, help="a local copy of the GGUF file (default: llama_model_path, "
-                                                    "when this machine has it); a split model's first shard")
+    p_plan.add_argument(
+        "--model",
+        type=Path,
+        help="a local copy of the GGUF file (default: llama_model_path, "
+        "when this machine has it); a split model's first shard",
+    )
     p_plan.add_argument("--mmproj", type=Path, help="a local copy of llama_mmproj_path's file")
-    p_plan.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
-                        help="a setting for this plan only, as pyinfra's --data takes it (e.g. llama_ctx_size=131072)")
-    p_plan.add_argument("--gpus", nargs="+", metavar="GPU",
-                        help="plan without an inventory: the coordinator's GPU, then one per worker "
-                             '(e.g. --gpus "RTX 4080" "RTX 5060 Ti 16GB"; names from llama_rpc_deploy/gpus.py)')
+    p_plan.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for this plan only, as pyinfra's --data takes it (e.g. llama_ctx_size=131072)",
+    )
+    p_plan.add_argument(
+        "--gpus",
+        nargs="+",
+        metavar="GPU",
+        help="plan without an inventory: the coordinator's GPU, then one per worker "
+        '(e.g. --gpus "RTX 4080" "RTX 5060 Ti 16GB"; names from llama_rpc_deploy/gpus.py)',
+    )
     p_status = sub.add_parser("status")
     p_status.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
     p_status.add_argument("--json", action="store_true", help="the same, as JSON")
     p_tune = sub.add_parser("tune")
     p_tune.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
-    p_tune.add_argument("--objective", choices=("generation", "prompt", "both"), default="generation",
-                        help="what to make faster: generation tokens/s, prompt processing, or both (their geometric mean)")
-    p_tune.add_argument("--budget", type=int, default=30, help="at most this many measurements (each restarts llama-server)")
-    p_tune.add_argument("--repeats", type=int, default=3, help="measurements of each side of a comparison (with --sweep: rounds)")
-    p_tune.add_argument("--apply", action="store_true", help="write the best split into group_data when it is beyond the noise")
-    p_tune.add_argument("--sweep", action="store_true", help="measure every split that fits instead (slow: a reference)")
+    p_tune.add_argument(
+        "--objective",
+        choices=("generation", "prompt", "both"),
+        default="generation",
+        help="what to make faster: generation tokens/s, prompt processing, or both (their geometric mean)",
+    )
+    p_tune.add_argument(
+        "--budget", type=int, default=30, help="at most this many measurements (each restarts llama-server)"
+    )
+    p_tune.add_argument(
+        "--repeats", type=int, default=3, help="measurements of each side of a comparison (with --sweep: rounds)"
+    )
+    p_tune.add_argument(
+        "--apply", action="store_true", help="write the best split into group_data when it is beyond the noise"
+    )
+    p_tune.add_argument(
+        "--sweep", action="store_true", help="measure every split that fits instead (slow: a reference)"
+    )
     p_tune.add_argument("--json", type=Path, help="write every measurement here")
     p_tune.add_argument("--png", type=Path, help="plot tokens/s per split here")
-    p_tune.add_argument("--model", type=Path, help="a local copy of the GGUF (default: its header is read on the coordinator)")
-    p_tune.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
-                        help="a setting the deploy was given with pyinfra's --data (tune checks the running server is that)")
+    p_tune.add_argument(
+        "--model", type=Path, help="a local copy of the GGUF (default: its header is read on the coordinator)"
+    )
+    p_tune.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting the deploy was given with pyinfra's --data (tune checks the running server is that)",
+    )
     p_settings = sub.add_parser("settings")
     p_settings.add_argument("--write-readme", action="store_true", help="replace the table in README.md")
     p_model = sub.add_parser("testmodel")
@@ -112,8 +151,11 @@ def main(argv: list[str] | None = None) -> int:
 
     inventory = getattr(args, "inventory", None)
     if inventory and inventory.is_file() and not getattr(args, "gpus", None) and not group_data_folders(inventory):
-        print(f"note: no group_data/ in {Path.cwd()} or beside {inventory}: only the inventory's settings and the "
-              "defaults apply (run this where you run the deploy)", file=sys.stderr)
+        print(
+            f"note: no group_data/ in {Path.cwd()} or beside {inventory}: only the inventory's settings and the "
+            "defaults apply (run this where you run the deploy)",
+            file=sys.stderr,
+        )
     try:
         if args.command == "lab":
             lab = checkout_module("lab.lab", f"lab {args.action}")
@@ -129,14 +171,17 @@ def main(argv: list[str] | None = None) -> int:
             return client.complete_command(args)
         elif args.command == "bench":
             from . import bench  # (each command's module is imported when it runs)
+
             return bench.command(args)
         elif args.command == "plan":
             return plan.command(args)
         elif args.command == "status":
             from . import status
+
             return status.command(args)
         elif args.command == "tune":
             from . import tune
+
             return tune.command(args)
         elif args.command == "settings":
             return settings.command(args)

@@ -8,6 +8,7 @@ one stream (every weight read once per token); parallel streams share those read
 may pass it. With llama_sleep_idle_seconds set, it also waits for the server to fall asleep and
 measures the time to the first token of the request that wakes it.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,13 +56,16 @@ def cache_sizes(cluster: Cluster, inventory: Path) -> dict[str, int]:
     return sizes
 
 
-def time_to_first_token(cluster: Cluster, prompt: str = "Wake up:", timeout: float = 600,
-                        model: str | None = None) -> float:
+def time_to_first_token(
+    cluster: Cluster, prompt: str = "Wake up:", timeout: float = 600, model: str | None = None
+) -> float:
     """Seconds from sending a streamed completion to its first token (to `model`, with llama_models)."""
-    body = json.dumps({**client.model_field(cluster, model), "prompt": prompt, "n_predict": 8, "stream": True,
-                       "cache_prompt": False}).encode()
-    request = urllib.request.Request(client.server_url(cluster) + "/completion", data=body,
-                                     headers=client.headers(cluster))
+    body = json.dumps(
+        {**client.model_field(cluster, model), "prompt": prompt, "n_predict": 8, "stream": True, "cache_prompt": False}
+    ).encode()
+    request = urllib.request.Request(
+        client.server_url(cluster) + "/completion", data=body, headers=client.headers(cluster)
+    )
     start, first = time.monotonic(), None
     with urllib.request.urlopen(request, timeout=timeout) as response:
         for line in response:  # read to the end: the request is over when this returns
@@ -84,8 +88,15 @@ def long_prompt(cluster: Cluster, repeats: int, room: int) -> str:
     return PROMPT * max(1, min(repeats, (per_slot - room) // per_repeat))
 
 
-def measure(cluster: Cluster, streams=(1, 2, 4), n_predict: int = 64, prompt_repeats: int = 24,
-            runs: int = 3, sleep_wait: float = 300, ceiling: float | None = None) -> dict:
+def measure(
+    cluster: Cluster,
+    streams=(1, 2, 4),
+    n_predict: int = 64,
+    prompt_repeats: int = 24,
+    runs: int = 3,
+    sleep_wait: float = 300,
+    ceiling: float | None = None,
+) -> dict:
     client.complete(cluster, "warm up", 4)
     long = long_prompt(cluster, prompt_repeats, room=64)
     pp = [client.complete(cluster, long, 1)["timings"] for _ in range(runs)]
@@ -94,9 +105,15 @@ def measure(cluster: Cluster, streams=(1, 2, 4), n_predict: int = 64, prompt_rep
     for n in streams:
         load = run_load(cluster, clients=n, requests_each=2, n_predict=n_predict, timeout=600)
         ok = [r for r in load.requests if r.ok]
-        parallel.append({"streams": n, "requests": len(load.requests), "failed": len(load.failed),
-                         "total_tokens_per_s": round(load.tokens_per_second, 2),
-                         "per_stream_tokens_per_s": round(statistics.mean(r.tokens_per_second for r in ok), 2) if ok else 0.0})
+        parallel.append(
+            {
+                "streams": n,
+                "requests": len(load.requests),
+                "failed": len(load.failed),
+                "total_tokens_per_s": round(load.tokens_per_second, 2),
+                "per_stream_tokens_per_s": round(statistics.mean(r.tokens_per_second for r in ok), 2) if ok else 0.0,
+            }
+        )
     generation = statistics.median(t["predicted_per_second"] for t in single)
     result = {
         "prompt_tokens": pp[0]["prompt_n"],
@@ -123,19 +140,30 @@ def measure(cluster: Cluster, streams=(1, 2, 4), n_predict: int = 64, prompt_rep
 
 
 def table(result: dict) -> str:
-    lines = [f"prompt processing   {result['prompt_tokens_per_s']:>9.1f} tokens/s  ({result['prompt_tokens']} tokens)",
-             f"generation, 1 stream {result['generation_tokens_per_s']:>8.1f} tokens/s  ({result['generation_tokens']} tokens)"]
+    lines = [
+        f"prompt processing   {result['prompt_tokens_per_s']:>9.1f} tokens/s  ({result['prompt_tokens']} tokens)",
+        f"generation, 1 stream {result['generation_tokens_per_s']:>8.1f} tokens/s  ({result['generation_tokens']} tokens)",
+    ]
     if result["ceiling_tokens_per_s"]:
-        lines.append(f"planner's ceiling   {result['ceiling_tokens_per_s']:>9.1f} tokens/s  "
-                     f"(one stream at {result['single_over_ceiling']:.2f}x of it)")
+        lines.append(
+            f"planner's ceiling   {result['ceiling_tokens_per_s']:>9.1f} tokens/s  "
+            f"(one stream at {result['single_over_ceiling']:.2f}x of it)"
+        )
     lines.append("streams   total tokens/s   per stream   failed")
     for p in result["parallel"]:
-        lines.append(f"{p['streams']:>7}   {p['total_tokens_per_s']:>14.1f}   {p['per_stream_tokens_per_s']:>10.1f}   {p['failed']:>6}")
+        lines.append(
+            f"{p['streams']:>7}   {p['total_tokens_per_s']:>14.1f}   {p['per_stream_tokens_per_s']:>10.1f}   {p['failed']:>6}"
+        )
     ttft = result["first_token_after_sleep_s"]
-    lines.append(f"first token after idle sleep: {f'{ttft} s' if ttft is not None else result.get('first_token_after_sleep_note')}")
+    lines.append(
+        f"first token after idle sleep: {f'{ttft} s' if ttft is not None else result.get('first_token_after_sleep_note')}"
+    )
     for worker, (size, limit) in result.get("tensor_cache", {}).items():
-        lines.append(f"tensor cache on {worker}: {size / 2 ** 20:.1f} MiB of its {limit / 2 ** 30:g} GiB limit"
-                     if size >= 0 else f"tensor cache on {worker}: not readable")
+        lines.append(
+            f"tensor cache on {worker}: {size / 2**20:.1f} MiB of its {limit / 2**30:g} GiB limit"
+            if size >= 0
+            else f"tensor cache on {worker}: not readable"
+        )
     return "\n".join(lines)
 
 
@@ -145,11 +173,13 @@ PLOT_HINT = "bench --png needs matplotlib: pip install 'llama-rpc-deploy[plot]'"
 def can_plot() -> bool:
     """Whether matplotlib (the package's `plot` extra) is installed: --png needs it."""
     import importlib.util
+
     return importlib.util.find_spec("matplotlib") is not None
 
 
 def plot(result: dict, path: Path, title: str = "llama-rpc-deploy bench") -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -158,8 +188,12 @@ def plot(result: dict, path: Path, title: str = "llama-rpc-deploy bench") -> Non
     ax.plot(streams, [p["total_tokens_per_s"] for p in result["parallel"]], "o-", label="all streams together")
     ax.plot(streams, [p["per_stream_tokens_per_s"] for p in result["parallel"]], "s--", label="per stream")
     if result["ceiling_tokens_per_s"]:
-        ax.axhline(result["ceiling_tokens_per_s"], color="red", linestyle=":",
-                   label=f"bandwidth ceiling, one stream ({result['ceiling_tokens_per_s']:.0f})")
+        ax.axhline(
+            result["ceiling_tokens_per_s"],
+            color="red",
+            linestyle=":",
+            label=f"bandwidth ceiling, one stream ({result['ceiling_tokens_per_s']:.0f})",
+        )
     ax.set_xlabel("parallel streams")
     ax.set_ylabel("generated tokens/s")
     ax.set_xticks(streams)
@@ -172,14 +206,23 @@ def plot(result: dict, path: Path, title: str = "llama-rpc-deploy bench") -> Non
     plt.close(fig)
 
 
-def run(inventory: Path, cluster: Cluster, streams, model: Path | None, json_out: Path | None,
-        png_out: Path | None, sleep_wait: float = 300) -> dict:
+def run(
+    inventory: Path,
+    cluster: Cluster,
+    streams,
+    model: Path | None,
+    json_out: Path | None,
+    png_out: Path | None,
+    sleep_wait: float = 300,
+) -> dict:
     if png_out and not can_plot():  # before minutes of measuring, not after
         raise ValueError(PLOT_HINT)
     plan = plan_cluster(cluster, model_header(cluster, inventory, model))
     result = measure(cluster, streams=streams, ceiling=plan.tokens_per_s or None, sleep_wait=sleep_wait)
-    result["tensor_cache"] = {name: (size, cluster.host(name).settings["rpc_cache_max_gib"] * 2 ** 30)
-                              for name, size in cache_sizes(cluster, inventory).items()}
+    result["tensor_cache"] = {
+        name: (size, cluster.host(name).settings["rpc_cache_max_gib"] * 2**30)
+        for name, size in cache_sizes(cluster, inventory).items()
+    }
     if json_out:
         json_out.write_text(json.dumps(result, indent=2) + "\n")
     if png_out:
@@ -193,7 +236,8 @@ def command(args) -> int:
         print(f"error: {PLOT_HINT}", file=sys.stderr)
         return 2
     streams = [int(n) for n in args.streams.split(",")]
-    result = run(args.inventory, offline_cluster(args.inventory), streams, args.model, args.json, args.png,
-                 args.sleep_wait)
+    result = run(
+        args.inventory, offline_cluster(args.inventory), streams, args.model, args.json, args.png, args.sleep_wait
+    )
     print(table(result))
     return 0

@@ -3,6 +3,7 @@
 Used by `complete`, `bench`, the benchmarks and the verification suite, so all of them send
 the key the same way (Authorization: Bearer, read from llama_api_key_file; never printed).
 """
+
 from __future__ import annotations
 
 import json
@@ -24,12 +25,14 @@ def headers(cluster: Cluster, with_key: bool = True) -> dict[str, str]:
     return h
 
 
-def post(cluster: Cluster, path: str, body: dict, timeout: float = 300, with_key: bool = True,
-         server: str | None = None) -> dict:
+def post(
+    cluster: Cluster, path: str, body: dict, timeout: float = 300, with_key: bool = True, server: str | None = None
+) -> dict:
     """POST JSON, return the JSON reply; urllib.error.HTTPError on a 4xx/5xx answer. server: another llama-server's
     URL than the cluster's (a benchmark's own, asked with the cluster's key)."""
-    request = urllib.request.Request((server or server_url(cluster)) + path, data=json.dumps(body).encode(),
-                                     headers=headers(cluster, with_key))
+    request = urllib.request.Request(
+        (server or server_url(cluster)) + path, data=json.dumps(body).encode(), headers=headers(cluster, with_key)
+    )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.load(response)
 
@@ -46,14 +49,28 @@ def model_field(cluster: Cluster, model: str | None = None) -> dict:
     named); one model needs none."""
     if model and model not in cluster.served_models() and not cluster.settings["llama_models_folder"]:
         # (the folder's models are listed on the coordinator at deploy time: the router answers for those)
-        raise ValueError(f"model {model!r}: expected one of the served models ({', '.join(cluster.served_models()) or 'none: llama_models is empty'})")
+        raise ValueError(
+            f"model {model!r}: expected one of the served models ({', '.join(cluster.served_models()) or 'none: llama_models is empty'})"
+        )
     return {"model": model or cluster.default_model} if cluster.router else {}
 
 
-def complete(cluster: Cluster, prompt: str, n_predict: int, timeout: float = 300, model: str | None = None,
-             server: str | None = None, **options) -> dict:
-    return post(cluster, "/completion", {**model_field(cluster, model), "prompt": prompt, "n_predict": n_predict,
-                                         "cache_prompt": False, **options}, timeout=timeout, server=server)
+def complete(
+    cluster: Cluster,
+    prompt: str,
+    n_predict: int,
+    timeout: float = 300,
+    model: str | None = None,
+    server: str | None = None,
+    **options,
+) -> dict:
+    return post(
+        cluster,
+        "/completion",
+        {**model_field(cluster, model), "prompt": prompt, "n_predict": n_predict, "cache_prompt": False, **options},
+        timeout=timeout,
+        server=server,
+    )
 
 
 def complete_command(args) -> int:
@@ -64,6 +81,8 @@ def complete_command(args) -> int:
     t = result.get("timings", {})
     print(f"prompt: {args.prompt!r}")
     print(f"completion: {result.get('content', '')!r}")
-    print(f"{t.get('predicted_n', 0)} tokens at {t.get('predicted_per_second', 0):.1f} tokens/s "
-          f"(prompt {t.get('prompt_n', 0)} tokens at {t.get('prompt_per_second', 0):.1f} tokens/s)")
+    print(
+        f"{t.get('predicted_n', 0)} tokens at {t.get('predicted_per_second', 0):.1f} tokens/s "
+        f"(prompt {t.get('prompt_n', 0)} tokens at {t.get('prompt_per_second', 0):.1f} tokens/s)"
+    )
     return 0

@@ -6,6 +6,7 @@ last, so the output layer and the logits stay local; and the values derived from
 (the CUDA architectures, who may reach a worker's RPC port, the API key). cluster_checks.checked_cluster()
 makes one and runs the cross-setting checks on it.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -126,7 +127,9 @@ class Cluster:
         (CUDA0, ... or Vulkan0, ..., as llama.cpp names them)."""
         n_rpc = sum(w.device_count for w in self.workers)
         local = LOCAL_DEVICE.get(self.coordinator.backend)
-        return [f"RPC{i}" for i in range(n_rpc)] + [f"{local}{i}" for i in range(len(self.coordinator.gpus) if local else 0)]
+        return [f"RPC{i}" for i in range(n_rpc)] + [
+            f"{local}{i}" for i in range(len(self.coordinator.gpus) if local else 0)
+        ]
 
     @property
     def backends(self) -> list[str]:
@@ -167,14 +170,18 @@ class Cluster:
             if path in served:
                 continue
             if not MODEL_FILE.ok(path):
-                raise SettingsError(f"{self.coordinator.origins['llama_models_folder']}: llama_models_folder: the file "
-                                    f"{path!r} on the coordinator: expected {MODEL_FILE.expected} (rename it, or "
-                                    "list the models in llama_models instead)")
+                raise SettingsError(
+                    f"{self.coordinator.origins['llama_models_folder']}: llama_models_folder: the file "
+                    f"{path!r} on the coordinator: expected {MODEL_FILE.expected} (rename it, or "
+                    "list the models in llama_models instead)"
+                )
             name = model_name(path)
             if name in models or name == self.default_model:
-                raise SettingsError(f"{self.coordinator.origins['llama_models_folder']}: llama_models_folder: {path!r} "
-                                    f"would be served as {name!r}, which another file is: expected file names that "
-                                    "differ in more than punctuation, or a llama_models entry that names one")
+                raise SettingsError(
+                    f"{self.coordinator.origins['llama_models_folder']}: llama_models_folder: {path!r} "
+                    f"would be served as {name!r}, which another file is: expected file names that "
+                    "differ in more than punctuation, or a llama_models entry that names one"
+                )
             models[name] = {"llama_model_path": path}
         c = self.coordinator
         return replace(self, coordinator=replace(c, settings={**c.settings, "llama_models": models}))
@@ -199,8 +206,12 @@ class Cluster:
             return self
         c = self.coordinator
         where = f"{c.origins['llama_models']} (llama_models: {name})"
-        return replace(self, coordinator=replace(c, settings={**c.settings, **entry},
-                                                 origins={**c.origins, **{k: where for k in entry}}))
+        return replace(
+            self,
+            coordinator=replace(
+                c, settings={**c.settings, **entry}, origins={**c.origins, **{k: where for k in entry}}
+            ),
+        )
 
     def with_split(self, split: list, model: str | None = None) -> Cluster:
         """The same cluster with llama_tensor_split = split (the planner's, for 'auto'); for a model of
@@ -209,7 +220,9 @@ class Cluster:
         models = c.settings["llama_models"]
         if model in models:
             entry = {**models[model], "llama_tensor_split": list(split)}
-            return replace(self, coordinator=replace(c, settings={**c.settings, "llama_models": {**models, model: entry}}))
+            return replace(
+                self, coordinator=replace(c, settings={**c.settings, "llama_models": {**models, model: entry}})
+            )
         return replace(self, coordinator=replace(c, settings={**c.settings, "llama_tensor_split": list(split)}))
 
 
@@ -226,11 +239,17 @@ DRAFT_PREFIXES = ("mtp-", "dspark-", "dflash-")  # llama.cpp's companions of a m
 def folder_models(files: list[str]) -> list[str]:
     """Of a folder's files, the GGUF models of their own, sorted: not a projector (mmproj), not a draft
     model, not the second or later shard of a split model (llama.cpp's own --models-dir rules)."""
+
     def own(path: str) -> bool:
         name = PurePosixPath(path).name
         shard = re.search(r"-(\d{5})-of-\d{5}\.gguf$", name)
-        return (name.endswith(".gguf") and "mmproj" not in name and not name.startswith(DRAFT_PREFIXES)
-                and (not shard or shard.group(1) == "00001"))
+        return (
+            name.endswith(".gguf")
+            and "mmproj" not in name
+            and not name.startswith(DRAFT_PREFIXES)
+            and (not shard or shard.group(1) == "00001")
+        )
+
     return sorted(p for p in files if own(p))
 
 
@@ -247,6 +266,7 @@ def cluster_host(name: str, scopes: list[Scope]) -> ClusterHost:
 
 
 # --- values derived from the settings ---
+
 
 def cuda_architectures(cluster: Cluster) -> str:
     """image_cuda_architectures, or the union of every host's GPUs ("89;120")."""
@@ -282,13 +302,18 @@ def api_key(cluster: Cluster) -> str:
         mode = path.stat().st_mode & 0o777
         text = path.read_text()
     except OSError as error:
-        raise SettingsError(f"{where}: llama_api_key_file = {setting!r}: {error.strerror}: expected a file on this "
-                            "machine holding the key (umask 077; openssl rand -hex 32 > FILE)") from None
+        raise SettingsError(
+            f"{where}: llama_api_key_file = {setting!r}: {error.strerror}: expected a file on this "
+            "machine holding the key (umask 077; openssl rand -hex 32 > FILE)"
+        ) from None
     if mode & 0o077:
-        raise SettingsError(f"{where}: llama_api_key_file = {setting!r} has mode {mode:o}: expected 600 or 400 "
-                            f"(chmod 600 {path})")
+        raise SettingsError(
+            f"{where}: llama_api_key_file = {setting!r} has mode {mode:o}: expected 600 or 400 (chmod 600 {path})"
+        )
     key = text.strip()
     if len(key) < 16 or any(c.isspace() for c in key):
-        raise SettingsError(f"{where}: llama_api_key_file = {setting!r}: expected one key of at least 16 characters "
-                            "without spaces (openssl rand -hex 32)")
+        raise SettingsError(
+            f"{where}: llama_api_key_file = {setting!r}: expected one key of at least 16 characters "
+            "without spaces (openssl rand -hex 32)"
+        )
     return key

@@ -4,6 +4,7 @@ A single value is checked by its schema entry (settings.py); what needs two sett
 a file on the control machine is checked here. Each check raises SettingsError with the file, the
 key, the value and what was expected.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -28,8 +29,10 @@ def check_inventory_shape(coordinators: list[str], workers: list[str], inventory
     names = coordinators + workers
     both = sorted({n for n in names if names.count(n) > 1})
     if both:
-        raise SettingsError(f"{inventory_file}: {', '.join(both)} is listed twice (coordinator and workers, "
-                            "or twice in workers): expected each host once")
+        raise SettingsError(
+            f"{inventory_file}: {', '.join(both)} is listed twice (coordinator and workers, "
+            "or twice in workers): expected each host once"
+        )
 
 
 MIN_CTX_PER_SLOT = 512  # tokens: a chat's system prompt alone takes a few hundred
@@ -45,10 +48,14 @@ def hosts_are_addresses(cluster: Cluster, inventory_file: str) -> None:
     """Every inventory name and address is an IP address or an RFC 1123 host name: they go into commands."""
     for h in cluster.hosts:
         if not is_host_name(h.name):
-            raise SettingsError(f"{inventory_file}: host {h.name!r}: expected an IP address or a host name "
-                                "(RFC 1123: letters, digits, '-' and '.')")
+            raise SettingsError(
+                f"{inventory_file}: host {h.name!r}: expected an IP address or a host name "
+                "(RFC 1123: letters, digits, '-' and '.')"
+            )
         if not PORT.ok(h.ssh_port):
-            raise SettingsError(f"{inventory_file} (host {h.name}): ssh_port = {h.ssh_port!r}: expected {PORT.expected}")
+            raise SettingsError(
+                f"{inventory_file} (host {h.name}): ssh_port = {h.ssh_port!r}: expected {PORT.expected}"
+            )
 
 
 def rpc_servers_bind_ipv4(cluster: Cluster, inventory_file: str) -> None:
@@ -62,15 +69,19 @@ def rpc_servers_bind_ipv4(cluster: Cluster, inventory_file: str) -> None:
             ok = False
         if not ok:
             key = "rpc_host" if w.settings["rpc_host"] else "address"
-            raise SettingsError(f"{_where(w, key, inventory_file)}: {key} = {bind!r} on worker {w.name}: expected an IPv4 address (rpc-server "
-                                "binds to IPv4 addresses only; set address, or rpc_host, to the worker's IPv4 address)")
+            raise SettingsError(
+                f"{_where(w, key, inventory_file)}: {key} = {bind!r} on worker {w.name}: expected an IPv4 address (rpc-server "
+                "binds to IPv4 addresses only; set address, or rpc_host, to the worker's IPv4 address)"
+            )
 
 
 def workers_apart_from_the_coordinator(cluster: Cluster, inventory_file: str) -> None:
     for w in cluster.workers:
         if w.address == cluster.coordinator.address:
-            raise SettingsError(f"{_where(w, 'address', inventory_file)}: address = {w.address!r} on worker {w.name} is the coordinator's: expected "
-                                "the worker's own address (a worker on the coordinator's host adds nothing over RPC)")
+            raise SettingsError(
+                f"{_where(w, 'address', inventory_file)}: address = {w.address!r} on worker {w.name} is the coordinator's: expected "
+                "the worker's own address (a worker on the coordinator's host adds nothing over RPC)"
+            )
 
 
 def ports_apart_from_ssh(cluster: Cluster, inventory_file: str) -> None:
@@ -78,10 +89,13 @@ def ports_apart_from_ssh(cluster: Cluster, inventory_file: str) -> None:
     would guard sshd's port, and the service could not bind."""
     checks = [(cluster.coordinator, "llama_port")] + [(w, "rpc_port") for w in cluster.workers]
     for h, key in checks:
-        ports = {h.ssh_port} | ({h.settings["transfer_ssh_port"]} if key == "rpc_port" and h.settings["transfer_ssh_port"] else set())
+        ports = {h.ssh_port} | (
+            {h.settings["transfer_ssh_port"]} if key == "rpc_port" and h.settings["transfer_ssh_port"] else set()
+        )
         if h.settings[key] in ports:
-            raise SettingsError(f"{h.origins[key]}: {key} = {h.settings[key]} on {h.name} is its SSH port: "
-                                "expected another port")
+            raise SettingsError(
+                f"{h.origins[key]}: {key} = {h.settings[key]} on {h.name} is its SSH port: expected another port"
+            )
 
 
 def context_per_slot(cluster: Cluster, inventory_file: str) -> None:
@@ -90,21 +104,26 @@ def context_per_slot(cluster: Cluster, inventory_file: str) -> None:
         raise SettingsError(
             f"{origins['llama_parallel']}: llama_parallel = {s['llama_parallel']} with llama_ctx_size = "
             f"{s['llama_ctx_size']} leaves {s['llama_ctx_size'] // s['llama_parallel']} tokens per request: expected "
-            f"at least {MIN_CTX_PER_SLOT} (fewer slots, or a larger llama_ctx_size)")
+            f"at least {MIN_CTX_PER_SLOT} (fewer slots, or a larger llama_ctx_size)"
+        )
 
 
 def distinct_rpc_endpoints(cluster: Cluster, inventory_file: str) -> None:
     endpoints = [w.rpc_remote for w in cluster.workers]
     dup = sorted({e for e in endpoints if endpoints.count(e) > 1})
     if dup:
-        raise SettingsError(f"{inventory_file}: rpc endpoint {', '.join(dup)} is used by two workers: "
-                            "expected one address:port per worker")
+        raise SettingsError(
+            f"{inventory_file}: rpc endpoint {', '.join(dup)} is used by two workers: "
+            "expected one address:port per worker"
+        )
 
 
 def model_path_is_set(cluster: Cluster, inventory_file: str) -> None:
     path, where = cluster.settings["llama_model_path"], cluster.coordinator.origins["llama_model_path"]
     if PLACEHOLDER in path:
-        raise SettingsError(f"{where}: llama_model_path = {path!r}: expected the path of your GGUF file on the coordinator")
+        raise SettingsError(
+            f"{where}: llama_model_path = {path!r}: expected the path of your GGUF file on the coordinator"
+        )
 
 
 def model_path_is_gguf(cluster: Cluster, inventory_file: str) -> None:
@@ -124,38 +143,48 @@ def _is_documentation_address(address: str) -> bool:
 def no_example_addresses(cluster: Cluster, inventory_file: str) -> None:
     examples = [h.name for h in cluster.hosts if _is_documentation_address(h.address)]
     if examples:
-        raise SettingsError(f"{inventory_file}: {', '.join(examples)}: example addresses (RFC 5737, they reach "
-                            "nothing): expected your hosts' addresses")
+        raise SettingsError(
+            f"{inventory_file}: {', '.join(examples)}: example addresses (RFC 5737, they reach "
+            "nothing): expected your hosts' addresses"
+        )
 
 
 def same_quantized_kv_types(cluster: Cluster, inventory_file: str) -> None:
     k, v = cluster.settings["llama_cache_type_k"], cluster.settings["llama_cache_type_v"]
     if k in QUANTIZED_CACHE_TYPES and v in QUANTIZED_CACHE_TYPES and k != v:
-        raise SettingsError(f"{cluster.coordinator.origins['llama_cache_type_v']}: llama_cache_type_v = {v!r} with "
-                            f"llama_cache_type_k = {k!r}: expected the same quantized type for K and V "
-                            "(RPC workers crash on mixed quantized K/V, llama.cpp issue #27905)")
+        raise SettingsError(
+            f"{cluster.coordinator.origins['llama_cache_type_v']}: llama_cache_type_v = {v!r} with "
+            f"llama_cache_type_k = {k!r}: expected the same quantized type for K and V "
+            "(RPC workers crash on mixed quantized K/V, llama.cpp issue #27905)"
+        )
 
 
 def quantized_v_has_flash_attention(cluster: Cluster, inventory_file: str) -> None:
     v = cluster.settings["llama_cache_type_v"]
     if v in QUANTIZED_CACHE_TYPES and cluster.settings["llama_flash_attn"] == "off":
-        raise SettingsError(f"{cluster.coordinator.origins['llama_flash_attn']}: llama_flash_attn = 'off' with "
-                            f"llama_cache_type_v = {v!r}: expected 'on' or 'auto' (a quantized V cache needs flash attention)")
+        raise SettingsError(
+            f"{cluster.coordinator.origins['llama_flash_attn']}: llama_flash_attn = 'off' with "
+            f"llama_cache_type_v = {v!r}: expected 'on' or 'auto' (a quantized V cache needs flash attention)"
+        )
 
 
 def rpc_port_apart_from_llama_port(cluster: Cluster, inventory_file: str) -> None:
     for h in cluster.workers:
         if h.settings["rpc_port"] == cluster.settings["llama_port"] and h.address == cluster.coordinator.address:
-            raise SettingsError(f"{h.origins['rpc_port']}: rpc_port = {h.settings['rpc_port']} on {h.name}: "
-                                "expected a port other than llama_port on the same address")
+            raise SettingsError(
+                f"{h.origins['rpc_port']}: rpc_port = {h.settings['rpc_port']} on {h.name}: "
+                "expected a port other than llama_port on the same address"
+            )
 
 
 def server_port_apart_from_the_api(cluster: Cluster, inventory_file: str) -> None:
     """llama-server listens on the coordinator's loopback at llama_server_port, the front at llama_port."""
     s, origins = cluster.settings, cluster.coordinator.origins
     if s["llama_server_port"] == s["llama_port"]:
-        raise SettingsError(f"{origins['llama_server_port']}: llama_server_port = {s['llama_server_port']}: expected "
-                            f"a port other than llama_port ({s['llama_port']}, where the front listens)")
+        raise SettingsError(
+            f"{origins['llama_server_port']}: llama_server_port = {s['llama_server_port']}: expected "
+            f"a port other than llama_port ({s['llama_port']}, where the front listens)"
+        )
 
 
 def one_share_per_device(cluster: Cluster, inventory_file: str) -> None:
@@ -163,7 +192,8 @@ def one_share_per_device(cluster: Cluster, inventory_file: str) -> None:
     if isinstance(split, (list, tuple)) and len(split) != len(cluster.devices):
         raise SettingsError(
             f"{cluster.coordinator.origins['llama_tensor_split']}: llama_tensor_split = {list(split)!r}: expected "
-            f"{len(cluster.devices)} numbers, one per device ({', '.join(cluster.devices)})")
+            f"{len(cluster.devices)} numbers, one per device ({', '.join(cluster.devices)})"
+        )
 
 
 def _cuda_version(image: str) -> tuple[int, int] | None:
@@ -179,29 +209,40 @@ def gpus_match_backend(cluster: Cluster, inventory_file: str) -> None:
                 raise SettingsError(
                     f"{h.origins['gpus']}: gpus = {h.settings['gpus']!r} on {h.name}, whose image_backend is "
                     f"{h.backend!r} (from {h.origins['image_backend']}): {gpu.name} is a card of "
-                    f"{gpu.vendor}: expected image_backend = {gpu.backend!r} on that host")
+                    f"{gpu.vendor}: expected image_backend = {gpu.backend!r} on that host"
+                )
 
 
 # Base images whose Vulkan headers are older than this llama.cpp needs: ggml-vulkan.cpp uses vk::LayerSettingEXT
 # (VK_EXT_layer_settings), which Debian 12's 1.3.239 lacks (its build fails there; Debian 13's 1.4.309 builds),
 # and Ubuntu 22.04's 1.3.204 is older still.
-OLD_VULKAN_BASES = re.compile(r"(^|/)(debian:(bookworm|bullseye|buster|oldstable|oldoldstable|1[0-2])"
-                              r"|ubuntu:(2[0-3]\.(04|10)|18\.04|jammy|focal|bionic|kinetic|lunar|mantic))([-.@].*)?$"
-                              r"|-ubuntu(1[0-9]|2[0-3])\.(04|10)$")  # nvidia/cuda:12.4.1-devel-ubuntu22.04
+OLD_VULKAN_BASES = re.compile(
+    r"(^|/)(debian:(bookworm|bullseye|buster|oldstable|oldoldstable|1[0-2])"
+    r"|ubuntu:(2[0-3]\.(04|10)|18\.04|jammy|focal|bionic|kinetic|lunar|mantic))([-.@].*)?$"
+    r"|-ubuntu(1[0-9]|2[0-3])\.(04|10)$"
+)  # nvidia/cuda:12.4.1-devel-ubuntu22.04
 
 
 def vulkan_can_build(cluster: Cluster, inventory_file: str) -> None:
     """A vulkan host's image is built on a base whose Vulkan headers this llama.cpp can use."""
     if "vulkan" not in cluster.backends:
         return
-    for key, what in (("image_vulkan_build_image", "its Vulkan headers are too old for llama.cpp's ggml-vulkan "
-                                                   "(vk::LayerSettingEXT)"),
-                      ("image_vulkan_runtime_image", "older than the build's base: the binaries need its newer C "
-                                                     "library and Vulkan loader")):
+    for key, what in (
+        (
+            "image_vulkan_build_image",
+            "its Vulkan headers are too old for llama.cpp's ggml-vulkan (vk::LayerSettingEXT)",
+        ),
+        (
+            "image_vulkan_runtime_image",
+            "older than the build's base: the binaries need its newer C library and Vulkan loader",
+        ),
+    ):
         base = cluster.settings[key]
         if OLD_VULKAN_BASES.search(base):
-            raise SettingsError(f"{cluster.coordinator.origins[key]}: {key} = {base!r}: {what}: "
-                                "expected debian:trixie, ubuntu:24.04 or newer")
+            raise SettingsError(
+                f"{cluster.coordinator.origins[key]}: {key} = {base!r}: {what}: "
+                "expected debian:trixie, ubuntu:24.04 or newer"
+            )
 
 
 def cuda_can_build_every_gpu(cluster: Cluster, inventory_file: str) -> None:
@@ -212,16 +253,19 @@ def cuda_can_build_every_gpu(cluster: Cluster, inventory_file: str) -> None:
     archs = cuda_architectures(cluster)
     if not archs:
         first = cuda_hosts[0]
-        raise SettingsError(f"{first.origins['image_backend']}: image_backend = 'cuda' but no host lists gpus "
-                            f"(cuda: {', '.join(h.name for h in cuda_hosts)}): expected gpus on at least one of "
-                            "them (e.g. gpus = ['RTX 4080']), or image_backend = 'cpu'")
+        raise SettingsError(
+            f"{first.origins['image_backend']}: image_backend = 'cuda' but no host lists gpus "
+            f"(cuda: {', '.join(h.name for h in cuda_hosts)}): expected gpus on at least one of "
+            "them (e.g. gpus = ['RTX 4080']), or image_backend = 'cpu'"
+        )
     version = _cuda_version(s["image_build_image"])
     for arch in archs.split(";"):
         need = MIN_CUDA_FOR_ARCH.get(re.sub(r"\D", "", arch))
         if version and need and version < need:
             raise SettingsError(
                 f"{origins['image_build_image']}: image_build_image = {s['image_build_image']!r}: CUDA "
-                f"{version[0]}.{version[1]} cannot build for sm_{arch}: expected CUDA {need[0]}.{need[1]} or newer")
+                f"{version[0]}.{version[1]} cannot build for sm_{arch}: expected CUDA {need[0]}.{need[1]} or newer"
+            )
 
 
 def firewall_admits_addresses(cluster: Cluster, inventory_file: str) -> None:
@@ -234,8 +278,11 @@ def firewall_admits_addresses(cluster: Cluster, inventory_file: str) -> None:
                     raise ValueError("an IPv6 scope id")
                 network = ipaddress.ip_network(client, strict=False)
             except ValueError:
-                host, key = ((worker, "rpc_allow_from") if worker.settings["rpc_allow_from"]
-                             else (cluster.coordinator, "address"))
+                host, key = (
+                    (worker, "rpc_allow_from")
+                    if worker.settings["rpc_allow_from"]
+                    else (cluster.coordinator, "address")
+                )
                 where = _where(host, key, inventory_file)
                 raise SettingsError(
                     f"{where}: {key} = {client!r} (the source {worker.name}'s firewall admits to rpc_port): expected an "
@@ -245,7 +292,8 @@ def firewall_admits_addresses(cluster: Cluster, inventory_file: str) -> None:
                 raise SettingsError(
                     f"{worker.origins['rpc_allow_from']}: rpc_allow_from = {client!r} on {worker.name} admits "
                     f"{network.num_addresses} addresses to the unauthenticated RPC port: expected addresses or "
-                    "private networks no wider than a /16 (rpc_allow_wide = True to open it anyway)")
+                    "private networks no wider than a /16 (rpc_allow_wide = True to open it anyway)"
+                )
 
 
 def api_key_file_is_usable(cluster: Cluster, inventory_file: str) -> None:
@@ -257,25 +305,33 @@ def served_models_apart(cluster: Cluster, inventory_file: str) -> None:
     """Models on demand: the name llama_model_path is served under is no other file's."""
     models, name = cluster.settings["llama_models"], cluster.default_model
     if name in models and models[name]["llama_model_path"] != cluster.settings["llama_model_path"]:
-        raise SettingsError(f"{cluster.coordinator.origins['llama_models']}: llama_models: {name} = "
-                            f"{models[name]['llama_model_path']!r}, but llama_model_path "
-                            f"{cluster.settings['llama_model_path']!r} is served as {name!r} too: expected "
-                            "another name, or an entry with llama_model_path's path")
+        raise SettingsError(
+            f"{cluster.coordinator.origins['llama_models']}: llama_models: {name} = "
+            f"{models[name]['llama_model_path']!r}, but llama_model_path "
+            f"{cluster.settings['llama_model_path']!r} is served as {name!r} too: expected "
+            "another name, or an entry with llama_model_path's path"
+        )
     paths = [e["llama_model_path"] for e in models.values()]
     twice = sorted({p for p in paths if paths.count(p) > 1})
     if twice:
-        raise SettingsError(f"{cluster.coordinator.origins['llama_models']}: llama_models: {', '.join(twice)} "
-                            "under two names: expected each file once")
+        raise SettingsError(
+            f"{cluster.coordinator.origins['llama_models']}: llama_models: {', '.join(twice)} "
+            "under two names: expected each file once"
+        )
 
 
 def one_transport(cluster: Cluster, inventory_file: str) -> None:
     """Every worker reached the same way: the deploy's operations are the same on every worker."""
     kinds = {w.settings["rpc_transport"] for w in cluster.workers}
     if len(kinds) > 1:
-        w = next(w for w in cluster.workers if w.settings["rpc_transport"] != cluster.workers[0].settings["rpc_transport"])
-        raise SettingsError(f"{w.origins['rpc_transport']}: rpc_transport = {w.settings['rpc_transport']!r} on {w.name}, "
-                            f"{cluster.workers[0].settings['rpc_transport']!r} on {cluster.workers[0].name}: expected one "
-                            "rpc_transport for every worker (set it in group_data/workers.yml)")
+        w = next(
+            w for w in cluster.workers if w.settings["rpc_transport"] != cluster.workers[0].settings["rpc_transport"]
+        )
+        raise SettingsError(
+            f"{w.origins['rpc_transport']}: rpc_transport = {w.settings['rpc_transport']!r} on {w.name}, "
+            f"{cluster.workers[0].settings['rpc_transport']!r} on {cluster.workers[0].name}: expected one "
+            "rpc_transport for every worker (set it in group_data/workers.yml)"
+        )
 
 
 def tunnel_ports_apart(cluster: Cluster, inventory_file: str) -> None:
@@ -284,16 +340,24 @@ def tunnel_ports_apart(cluster: Cluster, inventory_file: str) -> None:
     for w in cluster.tunnelled:
         port = w.settings["rpc_tunnel_port"]
         if port in (w.settings["rpc_port"], w.ssh_port, w.settings["transfer_ssh_port"]):
-            raise SettingsError(f"{w.origins['rpc_tunnel_port']}: rpc_tunnel_port = {port} on {w.name} is its "
-                                f"{'rpc_port' if port == w.settings['rpc_port'] else 'SSH port'}: expected another port")
+            raise SettingsError(
+                f"{w.origins['rpc_tunnel_port']}: rpc_tunnel_port = {port} on {w.name} is its "
+                f"{'rpc_port' if port == w.settings['rpc_port'] else 'SSH port'}: expected another port"
+            )
     c = cluster.coordinator
-    own = {c.settings["llama_port"]: "llama_port", c.settings["llama_server_port"]: "llama_server_port", c.ssh_port: "ssh_port"}
+    own = {
+        c.settings["llama_port"]: "llama_port",
+        c.settings["llama_server_port"]: "llama_server_port",
+        c.ssh_port: "ssh_port",
+    }
     for w in cluster.tunnelled:
         if w.tunnel_end > 65535 or w.tunnel_end in own:
             clash = own.get(w.tunnel_end, "above 65535")
-            raise SettingsError(f"{c.origins['rpc_tunnel_local_port']}: rpc_tunnel_local_port = "
-                                f"{c.settings['rpc_tunnel_local_port']} puts {w.name}'s tunnel end on the coordinator at "
-                                f"port {w.tunnel_end} ({clash}): expected ports free of the coordinator's own")
+            raise SettingsError(
+                f"{c.origins['rpc_tunnel_local_port']}: rpc_tunnel_local_port = "
+                f"{c.settings['rpc_tunnel_local_port']} puts {w.name}'s tunnel end on the coordinator at "
+                f"port {w.tunnel_end} ({clash}): expected ports free of the coordinator's own"
+            )
 
 
 def tunnel_keys_private(cluster: Cluster, inventory_file: str) -> None:
@@ -304,15 +368,40 @@ def tunnel_keys_private(cluster: Cluster, inventory_file: str) -> None:
 
 
 # the checks of the settings a model of llama_models may set for itself, run once per model
-MODEL_CHECKS = (context_per_slot, model_path_is_set, model_path_is_gguf, same_quantized_kv_types, quantized_v_has_flash_attention,
-                one_share_per_device)
+MODEL_CHECKS = (
+    context_per_slot,
+    model_path_is_set,
+    model_path_is_gguf,
+    same_quantized_kv_types,
+    quantized_v_has_flash_attention,
+    one_share_per_device,
+)
 
-CHECKS = (hosts_are_addresses, rpc_servers_bind_ipv4, workers_apart_from_the_coordinator, ports_apart_from_ssh, context_per_slot,
-          distinct_rpc_endpoints, model_path_is_set, model_path_is_gguf, no_example_addresses, same_quantized_kv_types,
-          quantized_v_has_flash_attention, rpc_port_apart_from_llama_port, server_port_apart_from_the_api,
-          one_share_per_device,
-          gpus_match_backend, cuda_can_build_every_gpu, vulkan_can_build, firewall_admits_addresses, api_key_file_is_usable, served_models_apart,
-          one_transport, tunnel_ports_apart, tunnel_keys_private)
+CHECKS = (
+    hosts_are_addresses,
+    rpc_servers_bind_ipv4,
+    workers_apart_from_the_coordinator,
+    ports_apart_from_ssh,
+    context_per_slot,
+    distinct_rpc_endpoints,
+    model_path_is_set,
+    model_path_is_gguf,
+    no_example_addresses,
+    same_quantized_kv_types,
+    quantized_v_has_flash_attention,
+    rpc_port_apart_from_llama_port,
+    server_port_apart_from_the_api,
+    one_share_per_device,
+    gpus_match_backend,
+    cuda_can_build_every_gpu,
+    vulkan_can_build,
+    firewall_admits_addresses,
+    api_key_file_is_usable,
+    served_models_apart,
+    one_transport,
+    tunnel_ports_apart,
+    tunnel_keys_private,
+)
 
 
 # What only a deploy needs: plan is arithmetic, and plans an unedited checkout (--model names the file).
@@ -323,12 +412,17 @@ def _backend_from(host: ClusterHost, backend: str, origin: str) -> ClusterHost:
     """host with image_backend set: its own, or else backend (the coordinator's, which was set at origin)."""
     if host.settings["image_backend"]:
         return host
-    return replace(host, settings={**host.settings, "image_backend": backend},
-                   origins={**host.origins, "image_backend": origin})
+    return replace(
+        host, settings={**host.settings, "image_backend": backend}, origins={**host.origins, "image_backend": origin}
+    )
 
 
-def checked_cluster(coordinators: list[ClusterHost], workers: list[ClusterHost], inventory_file: str = "inventory.py",
-          deploying: bool = True) -> Cluster:
+def checked_cluster(
+    coordinators: list[ClusterHost],
+    workers: list[ClusterHost],
+    inventory_file: str = "inventory.py",
+    deploying: bool = True,
+) -> Cluster:
     """The Cluster, after every check in CHECKS (each raises SettingsError); for a plan (deploying=False),
     less DEPLOY_ONLY's."""
     check_inventory_shape([h.name for h in coordinators], [h.name for h in workers], inventory_file)
@@ -347,4 +441,3 @@ def checked_cluster(coordinators: list[ClusterHost], workers: list[ClusterHost],
             if check not in skip:
                 check(cluster.for_model(name), inventory_file)
     return cluster
-

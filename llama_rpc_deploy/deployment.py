@@ -4,6 +4,7 @@
 Cluster (the preflight, the commands, the tests). `preflight` is config.py's check of every setting before
 pyinfra connects: a bad one stops the deploy before the first host is touched.
 """
+
 from __future__ import annotations
 
 import sys
@@ -49,13 +50,24 @@ def from_pyinfra(inventory, inventory_file: str = "inventory.py") -> Deployment:
 
 def from_cluster(cluster: Cluster, with_key: bool = True) -> Deployment:
     s = cluster.settings
-    source = resolve_source(s["llama_cpp_source"], s["llama_cpp_ref"], STATE / "sources", s["llama_cpp_url"],
-                            s["llama_cpp_sha256"], STATE / "sources.lock", chat_page=f"b{s['llama_cpp_build_number']}")
+    source = resolve_source(
+        s["llama_cpp_source"],
+        s["llama_cpp_ref"],
+        STATE / "sources",
+        s["llama_cpp_url"],
+        s["llama_cpp_sha256"],
+        STATE / "sources.lock",
+        chat_page=f"b{s['llama_cpp_build_number']}",
+    )
     for backend in cluster.backends:
         backend_is_in_the_tree(cluster, backend)
-    return Deployment(cluster=cluster, source=source, images=image.tags(cluster, source),
-                      transfer_key=remote.transfer_key() if with_key else None,
-                      tunnel=tunnel_keys(cluster) if with_key else None)
+    return Deployment(
+        cluster=cluster,
+        source=source,
+        images=image.tags(cluster, source),
+        transfer_key=remote.transfer_key() if with_key else None,
+        tunnel=tunnel_keys(cluster) if with_key else None,
+    )
 
 
 def backend_is_in_the_tree(cluster: Cluster, backend: str) -> None:
@@ -68,9 +80,11 @@ def backend_is_in_the_tree(cluster: Cluster, backend: str) -> None:
     tree = find_tree(Path(setting).expanduser())
     if not (tree / "ggml" / "src" / folder / "CMakeLists.txt").is_file():
         host = next(h for h in cluster.hosts if h.backend == backend)
-        raise SettingsError(f"{cluster.coordinator.origins['llama_cpp_source']}: llama_cpp_source = {setting!r} has no "
-                            f"ggml/src/{folder}, which image_backend = {backend!r} ({host.origins['image_backend']}, "
-                            f"{host.name}) builds: expected a llama.cpp tree with it, or another image_backend")
+        raise SettingsError(
+            f"{cluster.coordinator.origins['llama_cpp_source']}: llama_cpp_source = {setting!r} has no "
+            f"ggml/src/{folder}, which image_backend = {backend!r} ({host.origins['image_backend']}, "
+            f"{host.name}) builds: expected a llama.cpp tree with it, or another image_backend"
+        )
 
 
 def tunnel_keys(cluster: Cluster, state_dir: Path = STATE) -> Path | None:
@@ -78,7 +92,9 @@ def tunnel_keys(cluster: Cluster, state_dir: Path = STATE) -> Path | None:
     if not cluster.tunnelled:
         return None
     generation, origin = tunnel.generation(cluster)
-    return tunnel.ensure(state_dir, generation, [cluster.coordinator.name] + [w.name for w in cluster.tunnelled], origin)
+    return tunnel.ensure(
+        state_dir, generation, [cluster.coordinator.name] + [w.name for w in cluster.tunnelled], origin
+    )
 
 
 def preflight(argv: list[str] = sys.argv) -> None:
@@ -90,8 +106,11 @@ def preflight(argv: list[str] = sys.argv) -> None:
     inventory = Path(inventory_file(argv))
     if not inventory.is_file():
         return  # an inventory given on the command line (host names, @docker/...): deploy.py checks it
-    items = [flag.removeprefix("--data=") if flag.startswith("--data=") else value  # --data K=V, --data=K=V
-             for flag, value in zip(argv, argv[1:] + [""]) if flag == "--data" or flag.startswith("--data=")]
+    items = [
+        flag.removeprefix("--data=") if flag.startswith("--data=") else value  # --data K=V, --data=K=V
+        for flag, value in zip(argv, argv[1:] + [""])
+        if flag == "--data" or flag.startswith("--data=")
+    ]
     try:
         overrides = data_overrides(items)
         from_cluster(offline_cluster(inventory, overrides=overrides), with_key=False)  # the source too (its sha256)

@@ -1,4 +1,5 @@
 """pyinfra facts this deploy reads on the hosts before it changes anything."""
+
 from __future__ import annotations
 
 from .quoting import shell
@@ -21,11 +22,15 @@ class DockerImageLayers(FactBase):
     """Every local image as the diff IDs of its layers, bottom up: what an image transfer may leave out."""
 
     def command(self) -> str:
-        return ("docker image ls -q --no-trunc 2>/dev/null | sort -u | xargs -r docker image inspect "
-                "--format '{{range .RootFS.Layers}}{{.}},{{end}}' 2>/dev/null || true")
+        return (
+            "docker image ls -q --no-trunc 2>/dev/null | sort -u | xargs -r docker image inspect "
+            "--format '{{range .RootFS.Layers}}{{.}},{{end}}' 2>/dev/null || true"
+        )
 
     def process(self, output: list[str]) -> list[tuple[str, ...]]:
-        images = {tuple(d for d in line.strip().split(",") if d) for line in output if line.strip().startswith("sha256:")}
+        images = {
+            tuple(d for d in line.strip().split(",") if d) for line in output if line.strip().startswith("sha256:")
+        }
         return sorted(images)
 
 
@@ -57,7 +62,7 @@ class MissingCommands(FactBase):
     """Which of the given commands are not on the host's PATH."""
 
     def command(self, names: tuple[str, ...]) -> str:
-        return "for c in " + " ".join(shell(n) for n in names) + "; do command -v \"$c\" >/dev/null || echo \"$c\"; done"
+        return "for c in " + " ".join(shell(n) for n in names) + '; do command -v "$c" >/dev/null || echo "$c"; done'
 
     def process(self, output: list[str]) -> list[str]:
         return [line.strip() for line in output if line.strip()]
@@ -93,7 +98,7 @@ class TcpListener(FactBase):
         for line in output:
             if line.strip():
                 start = line.find('(("')
-                return line[start + 3:line.find('"', start + 3)] if start >= 0 else ""
+                return line[start + 3 : line.find('"', start + 3)] if start >= 0 else ""
         return None
 
 
@@ -101,8 +106,9 @@ class TcpReachable(FactBase):
     """Whether this host can open a TCP connection to address:port (3 s at most)."""
 
     def command(self, address: str, port: int) -> str:
-        return (f"timeout 3 bash -c {shell(f'>/dev/tcp/{shell(address)}/{int(port)}')} 2>/dev/null "
-                "&& echo yes || echo no")
+        return (
+            f"timeout 3 bash -c {shell(f'>/dev/tcp/{shell(address)}/{int(port)}')} 2>/dev/null && echo yes || echo no"
+        )
 
     def process(self, output: list[str]) -> bool:
         return "yes" in output
@@ -128,8 +134,10 @@ class NvidiaGpus(FactBase):
     """The host's NVIDIA GPUs as nvidia-smi lists them: [(name, memory in MiB)]; [] without nvidia-smi."""
 
     def command(self) -> str:
-        return ("command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total "
-                "--format=csv,noheader,nounits 2>/dev/null || true")
+        return (
+            "command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total "
+            "--format=csv,noheader,nounits 2>/dev/null || true"
+        )
 
     def process(self, output: list[str]) -> list[tuple[str, int]]:
         gpus = []

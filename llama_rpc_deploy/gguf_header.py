@@ -3,6 +3,7 @@
 Uses the `gguf` package on the file itself, or on its first bytes with the rest left a hole
 (the deploy reads only the header on the coordinator: `facts.GgufHeader`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,8 +21,14 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 # the default sliding-window pattern (every Nth layer global; None: no sliding-window layers, the
 # window key is ignored) and whether a layer with no KV heads is recurrent (hybrid models).
 KV_LAYOUTS = {
-    "llama": None, "qwen3": None, "qwen3moe": None, "deepseek2": None, "lfm2": None,
-    "gemma3": 6, "gemma4": 6, "gpt-oss": 2,
+    "llama": None,
+    "qwen3": None,
+    "qwen3moe": None,
+    "deepseek2": None,
+    "lfm2": None,
+    "gemma3": 6,
+    "gemma4": 6,
+    "gpt-oss": 2,
 }
 RECURRENT_WHEN_NO_KV_HEADS = {"lfm2"}
 SHARD = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
@@ -59,14 +66,25 @@ class ModelInfo:
 class Header:
     """A GGUF file's metadata and tensor table: {key: value} (string arrays left out: a vocabulary of
     262144 tokens would cost gguf.GGUFReader seconds, and nothing here reads one), [(name, ne, bytes)]."""
+
     fields: dict
     tensors: list[tuple[str, tuple[int, ...], int]]
     data_offset: int  # where the tensor data starts: the header's size
 
 
-_SCALARS = {GGUFValueType.UINT8: "B", GGUFValueType.INT8: "b", GGUFValueType.UINT16: "H", GGUFValueType.INT16: "h",
-            GGUFValueType.UINT32: "I", GGUFValueType.INT32: "i", GGUFValueType.FLOAT32: "f", GGUFValueType.BOOL: "?",
-            GGUFValueType.UINT64: "Q", GGUFValueType.INT64: "q", GGUFValueType.FLOAT64: "d"}
+_SCALARS = {
+    GGUFValueType.UINT8: "B",
+    GGUFValueType.INT8: "b",
+    GGUFValueType.UINT16: "H",
+    GGUFValueType.INT16: "h",
+    GGUFValueType.UINT32: "I",
+    GGUFValueType.INT32: "i",
+    GGUFValueType.FLOAT32: "f",
+    GGUFValueType.BOOL: "?",
+    GGUFValueType.UINT64: "Q",
+    GGUFValueType.INT64: "q",
+    GGUFValueType.FLOAT64: "d",
+}
 
 
 class Truncated(ValueError):
@@ -106,7 +124,7 @@ def _parse_header(data: bytes, path: str) -> Header:
         if pos + n > len(data):
             raise Truncated(path)
         pos += n
-        return data[pos - n:pos].decode("utf-8", "replace")
+        return data[pos - n : pos].decode("utf-8", "replace")
 
     def value(kind: int):
         nonlocal pos
@@ -232,11 +250,23 @@ def read_model(path: Path | str, shards: list | None = None) -> ModelInfo:
         kv.append((0, 0) if recurrent[il] else (n_head_kv[il] * hk, n_head_kv[il] * hv))
         state.append(n_embd * (l_cache - 1) if recurrent[il] and l_cache else 0)  # LFM2's short-conv state
     mla = bool(field(f"{arch}.attention.key_length_mla") and field(f"{arch}.attention.value_length_mla"))
-    return ModelInfo(path=str(path), arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=n_vocab,
-                     n_ctx_train=int(field(f"{arch}.context_length", 0)), layer_bytes=tuple(layer_bytes),
-                     input_bytes=input_bytes, output_bytes=output_bytes, kv_per_token=tuple(kv),
-                     swa_window=window if any(swa) else 0, swa_layers=swa, mla=mla,
-                     recurrent_per_seq=tuple(state), shards=tuple(str(s) for s in shards) if n_split > 1 else ())
+    return ModelInfo(
+        path=str(path),
+        arch=arch,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_vocab=n_vocab,
+        n_ctx_train=int(field(f"{arch}.context_length", 0)),
+        layer_bytes=tuple(layer_bytes),
+        input_bytes=input_bytes,
+        output_bytes=output_bytes,
+        kv_per_token=tuple(kv),
+        swa_window=window if any(swa) else 0,
+        swa_layers=swa,
+        mla=mla,
+        recurrent_per_seq=tuple(state),
+        shards=tuple(str(s) for s in shards) if n_split > 1 else (),
+    )
 
 
 def projector_bytes(path: Path | str, shards: list | None = None) -> int:
@@ -244,8 +274,10 @@ def projector_bytes(path: Path | str, shards: list | None = None) -> int:
     projector is one file; `shards` is there because read_remote_model calls every reader the same way.)"""
     header = read_header(path)
     if header.fields.get("general.architecture") != "clip":
-        raise ValueError(f"{path}: general.architecture = {header.fields.get('general.architecture')!r}: "
-                         "expected 'clip', a vision projector (mmproj) file")
+        raise ValueError(
+            f"{path}: general.architecture = {header.fields.get('general.architecture')!r}: "
+            "expected 'clip', a vision projector (mmproj) file"
+        )
     return sum(nbytes for _, _, nbytes in header.tensors)
 
 
@@ -285,7 +317,9 @@ def read_remote_model(fetch, path: str, read=None):
         shards = shard_paths(path)
         if len(shards) == 1 and int(read_header(first).fields.get("split.count", 1) or 1) > 1:
             raise ValueError(f"{path}: a split model's first shard must be named like …-00001-of-0000N.gguf")
-        local = [first] + [_fetch_header(fetch, str(p), Path(folder) / f"{i}.gguf") for i, p in enumerate(shards[1:], 1)]
+        local = [first] + [
+            _fetch_header(fetch, str(p), Path(folder) / f"{i}.gguf") for i, p in enumerate(shards[1:], 1)
+        ]
         info = (read or read_model)(first, shards=local)
     if not isinstance(info, ModelInfo):
         return info

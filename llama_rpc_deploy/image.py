@@ -4,6 +4,7 @@ The tag is name:REF-HASH, HASH over the source, the image's files and the build 
 inputs always give the same tag, so an image that is already there is never built again, and a
 changed input never reuses an old image.
 """
+
 from __future__ import annotations
 
 from .paths import shipped

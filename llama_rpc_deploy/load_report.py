@@ -7,13 +7,16 @@ llama-server logs (at --log-verbosity 4, the deploy's default) one line per buff
 and the vision projector's backend (`clip_ctx: CLIP using RPC0[…] backend`). Only the last load in
 the log counts: a restarted server logs a new report.
 """
+
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
 LOAD_START = re.compile(r"load_model: loading model|llama_model_loader: loaded meta data")
-BUFFER = re.compile(r"(?P<device>[A-Za-z_]+\d*(?:\[[^\]]*\])?) (?P<kind>model|KV|RS) buffer size =\s*(?P<mib>[0-9.]+) MiB")
+BUFFER = re.compile(
+    r"(?P<device>[A-Za-z_]+\d*(?:\[[^\]]*\])?) (?P<kind>model|KV|RS) buffer size =\s*(?P<mib>[0-9.]+) MiB"
+)
 CLIP = re.compile(r"CLIP using (?P<device>\S+) backend")
 
 
@@ -34,7 +37,7 @@ def parse(log: str) -> LoadReport:
     lines = log.splitlines()
     starts = [i for i, line in enumerate(lines) if LOAD_START.search(line)]
     report = LoadReport()
-    for line in lines[starts[-1] if starts else 0:]:
+    for line in lines[starts[-1] if starts else 0 :]:
         match = BUFFER.search(line)
         if match:
             table = report.model if match["kind"] == "model" else report.kv

@@ -6,6 +6,7 @@ and the checks of cluster_checks. `cluster_of` takes an Inventory pyinfra loaded
 `offline_cluster` loads one from the files alone (config.py's preflight before pyinfra connects, the commands,
 the verification suite). A bad setting is one SettingsError naming its file, key, value and what was expected.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,6 +17,7 @@ from . import cluster as cluster_
 from .cluster import Cluster
 from .cluster_checks import check_inventory_shape, checked_cluster
 from .settings import COORDINATOR, ROLES, WORKERS, SettingsError, scopes
+
 
 def inventory_file(argv: list[str] = sys.argv) -> str:
     """The inventory file pyinfra was given (the first .py argument), for error messages."""
@@ -28,8 +30,10 @@ def cluster_of(inventory, inventory_file: str = "inventory.py", deploying: bool 
     groups = {g for h in inventory for g in h.groups}
     for group in groups:
         if not isinstance(inventory.get_group_data(group), dict):  # ("a", "b"): pyinfra reads (hosts, data)
-            raise SettingsError(f"{inventory_file}: group {group} = {inventory.get_group_data(group)!r} as its data: "
-                                "expected a list of hosts [...], or a (hosts, {data}) tuple")
+            raise SettingsError(
+                f"{inventory_file}: group {group} = {inventory.get_group_data(group)!r} as its data: "
+                "expected a list of hosts [...], or a (hosts, {data}) tuple"
+            )
     names = {role: [h.name for h in inventory.get_group(role, [])] for role in ROLES}  # a role is its group
     role_of = {name: role for role in ROLES for name in names[role]}
     # another group of the inventory applies to the one role its hosts have (a setting no host of it reads is
@@ -42,10 +46,19 @@ def cluster_of(inventory, inventory_file: str = "inventory.py", deploying: bool 
 
     def plan(name: str, role: str):
         host = inventory.get_host(name)
-        return cluster_.cluster_host(name, scopes(
-            name, role, overrides=inventory.get_override_data(), host_data=inventory.get_host_data(name),
-            groups=[(g, inventory.get_group_data(g)) for g in host.groups], all_data=inventory.get_data(),
-            inventory_file=inventory_file, group_roles=group_roles))
+        return cluster_.cluster_host(
+            name,
+            scopes(
+                name,
+                role,
+                overrides=inventory.get_override_data(),
+                host_data=inventory.get_host_data(name),
+                groups=[(g, inventory.get_group_data(g)) for g in host.groups],
+                all_data=inventory.get_data(),
+                inventory_file=inventory_file,
+                group_roles=group_roles,
+            ),
+        )
 
     check_inventory_shape(names[COORDINATOR], names[WORKERS], inventory_file)  # before a host's own checks
     hosts = {role: [plan(name, role) for name in names[role]] for role in ROLES}
@@ -68,8 +81,14 @@ def _error_line(error: BaseException, filename: str) -> int | str:
     import traceback
 
     tb = getattr(error, "_traceback", None) or error.__traceback__
-    return next((f.lineno for f in reversed(traceback.extract_tb(tb))
-                 if Path(f.filename).resolve() == Path(filename).resolve()), "?")
+    return next(
+        (
+            f.lineno
+            for f in reversed(traceback.extract_tb(tb))
+            if Path(f.filename).resolve() == Path(filename).resolve()
+        ),
+        "?",
+    )
 
 
 def group_data_folders(inventory_path: Path) -> list[Path]:
@@ -95,23 +114,33 @@ def load_inventory(inventory_path: Path, overrides: dict | None = None, group_da
     util.PYTHON_CODES.clear()  # pyinfra compiles each file once a process: a file may have changed since
     try:
         with ctx_state.use(State()):  # pyinfra's loader notes the file it runs on the current State
-            inventory = inventory_mod.make_inventory(str(path), override_data=dict(overrides or {}), cwd=os.getcwd(),
-                                                     group_data_directories=[str(group_data)] if group_data else None)
+            inventory = inventory_mod.make_inventory(
+                str(path),
+                override_data=dict(overrides or {}),
+                cwd=os.getcwd(),
+                group_data_directories=[str(group_data)] if group_data else None,
+            )
             hosts_listed_once(path, inventory_mod._get_groups_from_filename(str(path)))
             return inventory
     except SyntaxError as error:
-        raise SettingsError(f"{error.filename}:{error.lineno}: {error.msg}: expected Python (name = value lines)") from None
+        raise SettingsError(
+            f"{error.filename}:{error.lineno}: {error.msg}: expected Python (name = value lines)"
+        ) from None
     except UnexpectedExternalError as wrapped:
         error = wrapped.exception
         if isinstance(error, SettingsError):  # group_data's YAML loader says what is wrong itself
             raise error from None
-        raise SettingsError(f"{wrapped.filename}:{_error_line(error, wrapped.filename)}: {type(error).__name__}: "
-                            f"{error}: expected Python that runs (name = value lines)") from None
+        raise SettingsError(
+            f"{wrapped.filename}:{_error_line(error, wrapped.filename)}: {type(error).__name__}: "
+            f"{error}: expected Python that runs (name = value lines)"
+        ) from None
     except SettingsError:
         raise
     except (TypeError, AttributeError, ValueError, KeyError) as error:  # pyinfra's loader on a group it cannot read
-        raise SettingsError(f"{path}: {type(error).__name__}: {error}: expected each group a list of host names or "
-                            "(name, {data}) tuples, as in inventory.py") from None
+        raise SettingsError(
+            f"{path}: {type(error).__name__}: {error}: expected each group a list of host names or "
+            "(name, {data}) tuples, as in inventory.py"
+        ) from None
 
 
 def hosts_listed_once(path: Path, groups: dict) -> None:
@@ -123,12 +152,15 @@ def hosts_listed_once(path: Path, groups: dict) -> None:
         names = [h[0] if isinstance(h, tuple) else h for h in hosts]
         twice = sorted({str(n) for n in names if names.count(n) > 1})
         if twice:
-            raise SettingsError(f"{path}: {', '.join(twice)} is listed {max(names.count(n) for n in twice)} times in "
-                                f"group {role}: expected each host once (one line, with all its data)")
+            raise SettingsError(
+                f"{path}: {', '.join(twice)} is listed {max(names.count(n) for n in twice)} times in "
+                f"group {role}: expected each host once (one line, with all its data)"
+            )
 
 
-def offline_cluster(inventory_path: Path, group_data: Path | None = None, overrides: dict | None = None,
-                    deploying: bool = True) -> Cluster:
+def offline_cluster(
+    inventory_path: Path, group_data: Path | None = None, overrides: dict | None = None, deploying: bool = True
+) -> Cluster:
     """The Cluster as deploy.py computes it, from pyinfra's own Inventory (load_inventory), before connecting;
     for a plan (deploying=False), without the checks only a deploy needs (cluster_checks.DEPLOY_ONLY)."""
     return cluster_of(load_inventory(inventory_path, overrides, group_data), str(inventory_path), deploying)

@@ -2,6 +2,7 @@
 
 Used by the fault tests (tests/e2e/test_lab_faults.py), the load benchmark and `bench`.
 """
+
 from __future__ import annotations
 
 import threading
@@ -40,13 +41,25 @@ class LoadResult:
         return sum(r.tokens for r in self.requests if r.ok) / self.seconds if self.seconds else 0.0
 
     def summary(self) -> dict:
-        return {"clients": self.clients, "requests": len(self.requests), "failed": len(self.failed),
-                "seconds": round(self.seconds, 2), "tokens_per_second": round(self.tokens_per_second, 2),
-                "errors": sorted({r.error for r in self.failed})}
+        return {
+            "clients": self.clients,
+            "requests": len(self.requests),
+            "failed": len(self.failed),
+            "seconds": round(self.seconds, 2),
+            "tokens_per_second": round(self.tokens_per_second, 2),
+            "errors": sorted({r.error for r in self.failed}),
+        }
 
 
-def run_load(cluster: Cluster, clients: int, requests_each: int, n_predict: int = 16, timeout: float = 120,
-             prompt: str = "Tell me about computers", during=None) -> LoadResult:
+def run_load(
+    cluster: Cluster,
+    clients: int,
+    requests_each: int,
+    n_predict: int = 16,
+    timeout: float = 120,
+    prompt: str = "Tell me about computers",
+    during=None,
+) -> LoadResult:
     """`clients` threads, each sending `requests_each` completions one after another. `during`, if
     given, is called (in the caller's thread) once every client has started: a fault to inject."""
     result = LoadResult(clients=clients)
@@ -61,11 +74,18 @@ def run_load(cluster: Cluster, clients: int, requests_each: int, n_predict: int 
             try:
                 reply = client.complete(cluster, f"{prompt} ({index}.{i})", n_predict, timeout=timeout)
                 t = reply.get("timings", {})
-                request = Request(index, begin - t0, time.monotonic() - begin, True, tokens=t.get("predicted_n", 0),
-                                  tokens_per_second=t.get("predicted_per_second", 0.0))
+                request = Request(
+                    index,
+                    begin - t0,
+                    time.monotonic() - begin,
+                    True,
+                    tokens=t.get("predicted_n", 0),
+                    tokens_per_second=t.get("predicted_per_second", 0.0),
+                )
             except Exception as error:  # a failed request is data here, not a crash
-                request = Request(index, begin - t0, time.monotonic() - begin, False,
-                                  error=f"{type(error).__name__}: {error}"[:160])
+                request = Request(
+                    index, begin - t0, time.monotonic() - begin, False, error=f"{type(error).__name__}: {error}"[:160]
+                )
                 time.sleep(0.5)
             with lock:
                 result.requests.append(request)

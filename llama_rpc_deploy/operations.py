@@ -1,4 +1,5 @@
 """A pyinfra operation this project needs and pyinfra has not got."""
+
 from __future__ import annotations
 
 from pyinfra import host

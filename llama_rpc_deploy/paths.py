@@ -1,4 +1,5 @@
 """Where the project's own files are: the checkout, and what ships with the package."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -9,6 +9,7 @@ Decode is memory-bound and the devices work in turn, so one token costs, on each
 time to read its weights from its memory, plus one network hop per device boundary:
     ceiling = 1 / (sum(bytes_i / bandwidth_i) + hops * hop_seconds)
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +28,8 @@ from .gpus import lookup
 from .loading import data_overrides, offline_cluster
 from .settings import PLACEHOLDER, QUANTIZED_CACHE_TYPES, SettingsError
 
-GIB = 1024 ** 3
-MIB = 1024 ** 2
+GIB = 1024**3
+MIB = 1024**2
 COMPUTE_RESERVE = 512 * MIB  # the graph's compute buffer and cuBLAS workspace (llama-fit-params: 300-900 MiB)
 CUDA_CONTEXT = 384 * MIB  # what one process's CUDA context takes from a card before llama.cpp allocates
 UBATCH = 512
@@ -51,6 +52,7 @@ class Context:
     llama-kv-cache.cpp, llama-kv-cache-iswa.cpp): the context is padded to 256 cells; without
     --kv-unified each of the `parallel` slots is a stream of its own with ctx/parallel cells (padded)
     and its own sliding window; with it, one stream of ctx cells that every slot shares."""
+
     ctx: int
     parallel: int = 1
     type_k: str = "f16"
@@ -157,8 +159,14 @@ def assign_layers(n_layer: int, n_gpu_layers: int, shares: list[float]) -> list[
     return out
 
 
-def place(model: ModelInfo, devices: list[Device], shares: list[float], context: Context,
-          n_gpu_layers: int = 999, mmproj_bytes: int = 0) -> tuple[list[Placement], int]:
+def place(
+    model: ModelInfo,
+    devices: list[Device],
+    shares: list[float],
+    context: Context,
+    n_gpu_layers: int = 999,
+    mmproj_bytes: int = 0,
+) -> tuple[list[Placement], int]:
     """Weights, KV and reserve per device for a split, and the bytes left in the host's memory
     (token embeddings always, plus whatever is not offloaded)."""
     placements = [Placement(device=d) for d in devices]
@@ -256,6 +264,7 @@ def largest_context(model: ModelInfo, devices: list[Device], context: Context, m
 
 # --- the cluster's view ---
 
+
 @dataclass
 class CapacityPlan:
     placements: list[Placement]  # one per device, in device order
@@ -274,8 +283,10 @@ class CapacityPlan:
         return not self.problems
 
     def table(self) -> str:
-        rows = [f"{'device':<26} {'card':<18} {'layers':>6} {'weights':>9} {'KV':>8} {'reserve':>8} "
-                f"{'usable':>8} {'free':>8}  fit"]
+        rows = [
+            f"{'device':<26} {'card':<18} {'layers':>6} {'weights':>9} {'KV':>8} {'reserve':>8} "
+            f"{'usable':>8} {'free':>8}  fit"
+        ]
         for p in self.placements:
             d = p.device
             memory = f"{d.usable / GIB:7.2f}G" if d.vram_bytes else "     n/a"
@@ -283,25 +294,38 @@ class CapacityPlan:
             fit = ("yes" if p.fits else "NO") if d.vram_bytes else "n/a"
             kv = f"{p.kv / GIB:7.2f}G" if self.context else "      ?"
             weights = p.weights + p.mmproj
-            rows.append(f"{d.name + ' ' + d.host:<26} {d.gpu:<18} {len(p.layers):>6} {weights / GIB:8.2f}G "
-                        f"{kv} {p.reserve / GIB:7.2f}G {memory} {free}  {fit}")
+            rows.append(
+                f"{d.name + ' ' + d.host:<26} {d.gpu:<18} {len(p.layers):>6} {weights / GIB:8.2f}G "
+                f"{kv} {p.reserve / GIB:7.2f}G {memory} {free}  {fit}"
+            )
         kept = self.n_layer - sum(len(p.layers) for p in self.placements)
-        rows.append(f"host memory of the coordinator: {self.host_bytes / GIB:.2f}G (token embeddings"
-                    f"{f', {kept} layers not offloaded' if kept else ''})")
+        rows.append(
+            f"host memory of the coordinator: {self.host_bytes / GIB:.2f}G (token embeddings"
+            f"{f', {kept} layers not offloaded' if kept else ''})"
+        )
         if self.placements and self.placements[0].mmproj:
-            rows.append(f"vision projector (mmproj): {self.placements[0].mmproj / GIB:.2f}G on "
-                        f"{self.placements[0].device.name}, the first of --device (in its weights above)")
+            rows.append(
+                f"vision projector (mmproj): {self.placements[0].mmproj / GIB:.2f}G on "
+                f"{self.placements[0].device.name}, the first of --device (in its weights above)"
+            )
         c = self.context
         if c:
-            how = ("every slot shares one cache (--kv-unified)" if c.unified else
-                   "each slot has its own ctx/parallel cells; llama_kv_unified: true lets any slot use all")
-            rows.append(f"context: {c.ctx} tokens, {c.parallel} slots: up to {c.per_slot} tokens per request "
-                        f"({how}); KV {c.type_k}/{c.type_v}, flash attention {'on' if c.flash_attn else 'off'}")
+            how = (
+                "every slot shares one cache (--kv-unified)"
+                if c.unified
+                else "each slot has its own ctx/parallel cells; llama_kv_unified: true lets any slot use all"
+            )
+            rows.append(
+                f"context: {c.ctx} tokens, {c.parallel} slots: up to {c.per_slot} tokens per request "
+                f"({how}); KV {c.type_k}/{c.type_v}, flash attention {'on' if c.flash_attn else 'off'}"
+            )
         for unified, tokens in self.largest.items():
             largest = dataclasses.replace(c, ctx=tokens, unified=unified)
-            rows.append(f"largest context that fits with {c.parallel} slots{' (kv unified)' if unified else ''}: "
-                        f"{tokens} tokens, {largest.per_slot} per request"
-                        f"{' (the model is trained for no more per request)' if largest.per_slot >= self.n_ctx_train > 0 else ''}")
+            rows.append(
+                f"largest context that fits with {c.parallel} slots{' (kv unified)' if unified else ''}: "
+                f"{tokens} tokens, {largest.per_slot} per request"
+                f"{' (the model is trained for no more per request)' if largest.per_slot >= self.n_ctx_train > 0 else ''}"
+            )
         split = ",".join(str(c) for c in self.split) if self.split else "by free memory (llama.cpp's default)"
         rows.append(f"tensor split: {split}   predicted ceiling: {self.tokens_per_s:.1f} tokens/s")
         rows += [f"warning: {w}" for w in self.warnings] + [f"does not fit: {p}" for p in self.problems]
@@ -328,25 +352,44 @@ def devices_of(cluster, reported: dict[str, list[int]] | None = None) -> list[De
     for worker in cluster.workers:
         for i, gpu in enumerate(worker.gpus or [None]):
             cpu = "CPU (lavapipe)" if worker.software_vulkan else "CPU"  # lavapipe: Vulkan on the CPU, its memory
-            out.append(Device(name=f"RPC{index}", host=worker.name, gpu=gpu.name if gpu else cpu,
-                              vram_bytes=memory(worker.name, i, gpu) if gpu else 0,
-                              bandwidth=gpu.bandwidth_gbs * 1e9 if gpu else CPU_DEVICE_BANDWIDTH))
+            out.append(
+                Device(
+                    name=f"RPC{index}",
+                    host=worker.name,
+                    gpu=gpu.name if gpu else cpu,
+                    vram_bytes=memory(worker.name, i, gpu) if gpu else 0,
+                    bandwidth=gpu.bandwidth_gbs * 1e9 if gpu else CPU_DEVICE_BANDWIDTH,
+                )
+            )
             index += 1
     local = cluster.devices[index:]  # CUDA0, ... or Vulkan0, ...
-    for i, gpu in enumerate(cluster.coordinator.gpus[:len(local)]):
-        out.append(Device(name=local[i], host=cluster.coordinator.name, gpu=gpu.name,
-                          vram_bytes=memory(cluster.coordinator.name, i, gpu), bandwidth=gpu.bandwidth_gbs * 1e9))
+    for i, gpu in enumerate(cluster.coordinator.gpus[: len(local)]):
+        out.append(
+            Device(
+                name=local[i],
+                host=cluster.coordinator.name,
+                gpu=gpu.name,
+                vram_bytes=memory(cluster.coordinator.name, i, gpu),
+                bandwidth=gpu.bandwidth_gbs * 1e9,
+            )
+        )
     return out
 
 
 def context_of(settings) -> Context:
-    return Context(ctx=settings["llama_ctx_size"], parallel=settings["llama_parallel"],
-                   type_k=settings["llama_cache_type_k"], type_v=settings["llama_cache_type_v"],
-                   flash_attn=settings["llama_flash_attn"] != "off", unified=settings["llama_kv_unified"])
+    return Context(
+        ctx=settings["llama_ctx_size"],
+        parallel=settings["llama_parallel"],
+        type_k=settings["llama_cache_type_k"],
+        type_v=settings["llama_cache_type_v"],
+        flash_attn=settings["llama_flash_attn"] != "off",
+        unified=settings["llama_kv_unified"],
+    )
 
 
-def plan_cluster(cluster, model: ModelInfo, reported: dict[str, list[int]] | None = None,
-                 mmproj_bytes: int = 0) -> CapacityPlan:
+def plan_cluster(
+    cluster, model: ModelInfo, reported: dict[str, list[int]] | None = None, mmproj_bytes: int = 0
+) -> CapacityPlan:
     s = cluster.settings
     devices = devices_of(cluster, reported)
     context = context_of(s)
@@ -355,13 +398,17 @@ def plan_cluster(cluster, model: ModelInfo, reported: dict[str, list[int]] | Non
     problems, warnings = [], []
     unknown = [f"{d.name} ({d.host})" for d in devices if not d.vram_bytes]
     if split_setting == "auto" and unknown:
-        problems.append(f"llama_tensor_split = 'auto' needs every device's memory, and {', '.join(unknown)} "
-                        "is a CPU device: expected a list of shares for llama_tensor_split, or gpus on that host")
+        problems.append(
+            f"llama_tensor_split = 'auto' needs every device's memory, and {', '.join(unknown)} "
+            "is a CPU device: expected a list of shares for llama_tensor_split, or gpus on that host"
+        )
         split_setting = None
     if not model.kv_modeled:
         modeled = ", ".join(sorted(gguf_header.KV_LAYOUTS))
-        note = (f"the planner does not know how llama.cpp sizes the KV cache of architecture '{model.arch}' "
-                f"(it knows {modeled}), so it does not guess: ")
+        note = (
+            f"the planner does not know how llama.cpp sizes the KV cache of architecture '{model.arch}' "
+            f"(it knows {modeled}), so it does not guess: "
+        )
         if split_setting == "auto":
             problems.append(note + "expected llama_tensor_split as a list of shares for this model")
             split_setting = None
@@ -370,8 +417,10 @@ def plan_cluster(cluster, model: ModelInfo, reported: dict[str, list[int]] | Non
     if split_setting == "auto":
         counts = auto_split(model, devices, context, mmproj_bytes)
         if counts is None:
-            problems.append(f"no split of the {model.n_layer} layers with {context.ctx} context ({context.type_k}/"
-                            f"{context.type_v} KV, {context.parallel} slots) fits in the devices' memory")
+            problems.append(
+                f"no split of the {model.n_layer} layers with {context.ctx} context ({context.type_k}/"
+                f"{context.type_v} KV, {context.parallel} slots) fits in the devices' memory"
+            )
         shares = [float(x) for x in render_shares(counts)] if counts else [1.0] * len(devices)
     elif split_setting:
         shares = [float(x) for x in split_setting]
@@ -384,36 +433,55 @@ def plan_cluster(cluster, model: ModelInfo, reported: dict[str, list[int]] | Non
     for p in placements:
         if p.device.vram_bytes and not p.fits and model.kv_modeled:
             need = p.weights + p.kv + p.reserve + p.mmproj
-            problems.append(f"{context.ctx // 1024}K context with {context.type_k} KV needs {need / GIB:.1f} GiB on the "
-                            f"{p.device.gpu} ({p.device.name}, {p.device.host}), it has {p.device.usable / GIB:.1f}")
+            problems.append(
+                f"{context.ctx // 1024}K context with {context.type_k} KV needs {need / GIB:.1f} GiB on the "
+                f"{p.device.gpu} ({p.device.name}, {p.device.host}), it has {p.device.usable / GIB:.1f}"
+            )
     quantized = context.type_k in QUANTIZED_CACHE_TYPES or context.type_v in QUANTIZED_CACHE_TYPES
     if quantized and model.kv_modeled:
         f16, _ = place(model, devices, shares, context.with_types("f16", "f16"), ngl, mmproj_bytes)
         if all(p.fits or not p.device.vram_bytes for p in f16):
-            warnings.append(f"KV cache {context.type_k}/{context.type_v} although f16 fits: "
-                            "f16 measured faster over RPC (23.5 vs 20 tok/s)")
+            warnings.append(
+                f"KV cache {context.type_k}/{context.type_v} although f16 fits: "
+                "f16 measured faster over RPC (23.5 vs 20 tok/s)"
+            )
     if model.mla and context.type_k != context.type_v:  # llama_init_from_model refuses it (llama-context.cpp)
-        problems.append(f"{cluster.coordinator.origins['llama_cache_type_v']}: llama_cache_type_v = {context.type_v!r} "
-                        f"with llama_cache_type_k = {context.type_k!r}: {model.arch} uses latent attention (MLA), for "
-                        "which llama.cpp wants one type for K and V: expected the same type for both")
+        problems.append(
+            f"{cluster.coordinator.origins['llama_cache_type_v']}: llama_cache_type_v = {context.type_v!r} "
+            f"with llama_cache_type_k = {context.type_k!r}: {model.arch} uses latent attention (MLA), for "
+            "which llama.cpp wants one type for K and V: expected the same type for both"
+        )
     stretched = any(a.startswith(ROPE_FLAGS) for a in s["llama_extra_args"])
     if model.n_ctx_train and context.per_slot > model.n_ctx_train and not stretched:  # llama.cpp's n_ctx_seq
-        problems.append(f"{cluster.coordinator.origins['llama_ctx_size']}: llama_ctx_size = {context.ctx} gives each "
-                        f"request {context.per_slot} tokens, more than the {model.n_ctx_train} {model.arch} was trained "
-                        f"for: expected at most {model.n_ctx_train} per request (or rope scaling, e.g. --rope-scaling "
-                        "yarn, in llama_extra_args)")
+        problems.append(
+            f"{cluster.coordinator.origins['llama_ctx_size']}: llama_ctx_size = {context.ctx} gives each "
+            f"request {context.per_slot} tokens, more than the {model.n_ctx_train} {model.arch} was trained "
+            f"for: expected at most {model.n_ctx_train} per request (or rope scaling, e.g. --rope-scaling "
+            "yarn, in llama_extra_args)"
+        )
     if any(flag in s["llama_extra_args"] for flag in SPECULATIVE_FLAGS):
-        warnings.append("speculative decoding / MTP with RPC devices: measured slower, not faster on the RTX 4080 + RTX 5060 Ti pair (the article's measurements)")
+        warnings.append(
+            "speculative decoding / MTP with RPC devices: measured slower, not faster on the RTX 4080 + RTX 5060 Ti pair (the article's measurements)"
+        )
     largest = {}
     if model.kv_modeled and devices and all(d.vram_bytes for d in devices) and ngl >= model.n_layer + 1:
-        largest = {unified: largest_context(model, devices, dataclasses.replace(context, unified=unified), mmproj_bytes)
-                   for unified in (False, True)}
+        largest = {
+            unified: largest_context(model, devices, dataclasses.replace(context, unified=unified), mmproj_bytes)
+            for unified in (False, True)
+        }
     rendered = [int(x) if float(x).is_integer() else x for x in shares] if split_setting else []
-    return CapacityPlan(placements=placements, host_bytes=host_bytes, split=rendered,
-                        tokens_per_s=ceiling(placements) if any(p.weights for p in placements) else 0.0,
-                        problems=problems, warnings=warnings, n_layer=model.n_layer,
-                        context=context if model.kv_modeled else None, largest=largest,
-                        n_ctx_train=model.n_ctx_train)
+    return CapacityPlan(
+        placements=placements,
+        host_bytes=host_bytes,
+        split=rendered,
+        tokens_per_s=ceiling(placements) if any(p.weights for p in placements) else 0.0,
+        problems=problems,
+        warnings=warnings,
+        n_layer=model.n_layer,
+        context=context if model.kv_modeled else None,
+        largest=largest,
+        n_ctx_train=model.n_ctx_train,
+    )
 
 
 # --- `llama-rpc plan`: the planner on an inventory (or on --gpus), offline ---
@@ -431,9 +499,12 @@ def gpus_inventory(gpus: list[str], directory: Path) -> Path:
             return {"gpus": [gpu], "image_backend": lookup(gpu).backend}
         except ValueError:
             return {"gpus": [gpu]}
+
     path = Path(directory) / "gpus_inventory.py"
-    path.write_text(f"coordinator = [({hosts[0][0]!r}, {data(hosts[0][1])!r})]\n"
-                    f"workers = [{', '.join(f'({h!r}, {data(g)!r})' for h, g in hosts[1:])}]\n")
+    path.write_text(
+        f"coordinator = [({hosts[0][0]!r}, {data(hosts[0][1])!r})]\n"
+        f"workers = [{', '.join(f'({h!r}, {data(g)!r})' for h, g in hosts[1:])}]\n"
+    )
     return path
 
 
@@ -451,8 +522,11 @@ def command(args) -> int:
     if cluster.settings["llama_models_folder"]:  # the folder's models, as this machine's copy has them
         folder = Path(cluster.settings["llama_model_path"]).parent
         if not folder.is_dir():
-            print(f"error: llama_models_folder: {folder}: not on this machine: plan needs a copy of the "
-                  "folder (only the files' headers are read)", file=sys.stderr)
+            print(
+                f"error: llama_models_folder: {folder}: not on this machine: plan needs a copy of the "
+                "folder (only the files' headers are read)",
+                file=sys.stderr,
+            )
             return 2
         cluster = cluster.with_folder([str(p) for p in folder.glob("*.gguf")])
     failed = False
@@ -461,19 +535,28 @@ def command(args) -> int:
         default = name == cluster.default_model
         model = (default and args.model) or Path(view.settings["llama_model_path"])
         if PLACEHOLDER in str(model):
-            print(f"error: {view.coordinator.origins['llama_model_path']}: llama_model_path = {str(model)!r}: "
-                  "plan needs the model: pass --model LOCAL.gguf (only its header is read)", file=sys.stderr)
+            print(
+                f"error: {view.coordinator.origins['llama_model_path']}: llama_model_path = {str(model)!r}: "
+                "plan needs the model: pass --model LOCAL.gguf (only its header is read)",
+                file=sys.stderr,
+            )
             return 2
-        mmproj = (default and args.mmproj) or (view.settings["llama_mmproj_path"]
-                                               and Path(view.settings["llama_mmproj_path"]))
+        mmproj = (default and args.mmproj) or (
+            view.settings["llama_mmproj_path"] and Path(view.settings["llama_mmproj_path"])
+        )
         read = {}
-        for what, path, reader in (("--model", model, gguf_header.read_model),
-                                   ("--mmproj", mmproj, gguf_header.projector_bytes)):
+        for what, path, reader in (
+            ("--model", model, gguf_header.read_model),
+            ("--mmproj", mmproj, gguf_header.projector_bytes),
+        ):
             if not path:
                 continue
             if not path.is_file():
-                print(f"error: {what} {path}: not on this machine: pass a copy of the GGUF file "
-                      "(only its header is read)", file=sys.stderr)
+                print(
+                    f"error: {what} {path}: not on this machine: pass a copy of the GGUF file "
+                    "(only its header is read)",
+                    file=sys.stderr,
+                )
                 return 2
             try:
                 read[what] = reader(path)

@@ -6,6 +6,7 @@ $LLAMA_RPC_ENV), which the program sources. This module reads the programs and w
 one `KEY=value` line per setting, every value quoted for the shell, so no template logic and no
 unquoted value ever reaches a host.
 """
+
 from __future__ import annotations
 
 from .paths import shipped
@@ -14,8 +15,14 @@ import re
 from .quoting import shell
 from collections.abc import Sequence
 
-PROGRAMS = ("wait-for-workers.sh", "llama-server-watchdog.sh", "rpc-server-watchdog.sh", "rpc-firewall.sh",
-            "rpc-cache-prune.sh", "front-drain.sh")
+PROGRAMS = (
+    "wait-for-workers.sh",
+    "llama-server-watchdog.sh",
+    "rpc-server-watchdog.sh",
+    "rpc-firewall.sh",
+    "rpc-cache-prune.sh",
+    "front-drain.sh",
+)
 FRONT_LUA = "front.lua"  # the front's hold (HAProxy's lua-load), shipped as is like the programs
 WATCHDOG_LIBRARY = "watchdog-loop.sh"  # what both watchdogs share (command line, settings, loop), beside them
 FILES = shipped("files")
@@ -62,29 +69,46 @@ def env_file(**values) -> str:
     return "".join(lines)
 
 
-def wait_for_workers_env(*, endpoints: Sequence[str], timeout: int, image: str,
-                         remotes: Sequence[str] | None = None) -> str:
+def wait_for_workers_env(
+    *, endpoints: Sequence[str], timeout: int, image: str, remotes: Sequence[str] | None = None
+) -> str:
     """wait-for-workers.sh: the workers' HOST:PORT, the seconds to wait for all of them, llama-server's image;
     with remotes, where each endpoint's tunnel leads ('-' for an rpc-server reached directly)."""
     tunnels = {} if remotes is None else {"RPC_REMOTES": _words("remotes", remotes)}
     return env_file(RPC_ENDPOINTS=_words("endpoints", endpoints), RPC_WAIT_TIMEOUT=timeout, IMAGE=image, **tunnels)
 
 
-def llama_server_watchdog_env(*, endpoints: Sequence[str], interval: int, retransmissions: int, grace: int,
-                              server_unit: str, no_drain_flag: str, remotes: Sequence[str] = ()) -> str:
+def llama_server_watchdog_env(
+    *,
+    endpoints: Sequence[str],
+    interval: int,
+    retransmissions: int,
+    grace: int,
+    server_unit: str,
+    no_drain_flag: str,
+    remotes: Sequence[str] = (),
+) -> str:
     """llama-server-watchdog.sh: the workers' HOST:PORT, seconds between looks, retransmissions that mean a
     worker is gone, seconds to leave llama-server after a restart, its unit, and the file that tells its
     stop not to drain the front (front-drain.sh); remotes: the tunnels' far ends, if any."""
     tunnels = {"TUNNEL_REMOTES": _words("remotes", remotes)} if remotes else {}
-    return env_file(RPC_ENDPOINTS=_words("endpoints", endpoints), INTERVAL=interval, RETRANSMISSIONS=retransmissions,
-                    GRACE=grace, SERVER_UNIT=server_unit, NO_DRAIN_FLAG=no_drain_flag, **tunnels)
+    return env_file(
+        RPC_ENDPOINTS=_words("endpoints", endpoints),
+        INTERVAL=interval,
+        RETRANSMISSIONS=retransmissions,
+        GRACE=grace,
+        SERVER_UNIT=server_unit,
+        NO_DRAIN_FLAG=no_drain_flag,
+        **tunnels,
+    )
 
 
 def front_drain_env(*, socket: str, backend: str, server: str, drain_seconds: int, no_drain_flag: str) -> str:
     """front-drain.sh: the front's admin socket, llama-server's backend and server in it, the longest wait
     for the requests in flight, and the watchdog's no-drain file."""
-    return env_file(SOCKET=socket, BACKEND=backend, SERVER=server, DRAIN_SECONDS=drain_seconds,
-                    NO_DRAIN_FLAG=no_drain_flag)
+    return env_file(
+        SOCKET=socket, BACKEND=backend, SERVER=server, DRAIN_SECONDS=drain_seconds, NO_DRAIN_FLAG=no_drain_flag
+    )
 
 
 def rpc_server_watchdog_env(*, port: int, interval: int, patience: int, server_unit: str) -> str:
@@ -101,5 +125,6 @@ def cache_prune_env(*, cache_dir: str, max_bytes: int, min_age: int) -> str:
 
 def firewall_env(*, ports: Sequence[int], chain: str, ipv4: Sequence[str], ipv6: Sequence[str]) -> str:
     """rpc-firewall.sh: the worker's RPC ports, our iptables chain, the sources admitted per address family."""
-    return env_file(RPC_PORTS=_words("ports", ports), CHAIN=chain, ALLOW_IPV4=_words("ipv4", ipv4),
-                    ALLOW_IPV6=_words("ipv6", ipv6))
+    return env_file(
+        RPC_PORTS=_words("ports", ports), CHAIN=chain, ALLOW_IPV4=_words("ipv4", ipv4), ALLOW_IPV6=_words("ipv6", ipv6)
+    )

@@ -13,6 +13,7 @@ The schema (settings.py) already refuses what no quoting can carry (control char
 `,` in a path that becomes a volume); tests/unit/test_quoting.py and the Hypothesis test of every
 setting (tests/unit/test_fuzz_settings.py) check that what passes comes out as the intended words.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -41,8 +42,9 @@ def unit_line(*words) -> str:
 def ini(value) -> str:
     text = str(value)
     if any(c in text for c in ";#\r\n") or text != text.strip():
-        raise ValueError(f"{text!r}: llama-server's preset INI cannot carry ';', '#', a line break, "
-                         "or spaces at either end")
+        raise ValueError(
+            f"{text!r}: llama-server's preset INI cannot carry ';', '#', a line break, or spaces at either end"
+        )
     return text
 
 

@@ -1,6 +1,7 @@
 """Reaching the hosts from the control machine, outside a pyinfra run: an ssh_config of the inventory's hosts,
 commands over SSH the way pyinfra reaches them (status, bench, tune, testinfra), and the image-transfer key the
 deploy makes here once for the coordinator to send the images to the workers."""
+
 from __future__ import annotations
 
 import contextlib
@@ -19,8 +20,9 @@ def transfer_key(state_dir: Path = STATE) -> Path:
     key = state_dir / "transfer_ed25519"
     if not key.exists():
         state_dir.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", TRANSFER_KEY_COMMENT,
-                        "-f", str(key)], check=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", TRANSFER_KEY_COMMENT, "-f", str(key)], check=True
+        )
     return key
 
 
@@ -30,8 +32,13 @@ def write_ssh_config(inventory: Path, directory: Path) -> Path:
     blocks = []
     for host in load_inventory(inventory):
         data = host.data
-        block = [f"Host {host.name}", f"  HostName {data.get('ssh_hostname') or host.name}",
-                 f"  User {data.get('ssh_user') or 'root'}", f"  Port {data.get('ssh_port') or 22}", "  BatchMode yes"]
+        block = [
+            f"Host {host.name}",
+            f"  HostName {data.get('ssh_hostname') or host.name}",
+            f"  User {data.get('ssh_user') or 'root'}",
+            f"  Port {data.get('ssh_port') or 22}",
+            "  BatchMode yes",
+        ]
         if data.get("ssh_key"):
             block += [f"  IdentityFile {data.get('ssh_key')}", "  IdentitiesOnly yes"]
         if data.get("ssh_known_hosts_file"):
@@ -52,7 +59,8 @@ def ssh_runner(inventory: Path):
         config = write_ssh_config(inventory, Path(tmp))
 
         def run(host: str, command: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-            return subprocess.run(["ssh", "-F", str(config), host, command], input=input, capture_output=True,
-                                  text=True, timeout=timeout)
+            return subprocess.run(
+                ["ssh", "-F", str(config), host, command], input=input, capture_output=True, text=True, timeout=timeout
+            )
 
         yield run

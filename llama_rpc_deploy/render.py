@@ -8,6 +8,7 @@ given by name (rendering is strict: an unknown variable is an error). Every valu
 where it lands by llama_rpc_deploy/quoting.py: `line` for the launch scripts' shell, the `unit` filter
 for the units' Exec lines, `quoting.volume` for docker's --volume.
 """
+
 from __future__ import annotations
 
 from .paths import shipped
@@ -18,10 +19,30 @@ from pathlib import PurePosixPath
 import jinja2
 
 from . import programs, quoting, tunnel
-from .roles import (API_KEY_PATH, CACHE_PRUNE_TIMER, CACHE_PRUNE_UNIT, COORDINATOR_UNIT, FIREWALL_CHAIN, FIREWALL_UNIT,
-                    FRONT_CONFIG, FRONT_DRAIN, FRONT_SOCKET, FRONT_UNIT, LLAMA_SERVER_SCRIPT, MODELS_PRESET, NO_DRAIN_FLAG,
-                    RPC_SERVER_SCRIPT, STUNNEL, TUNNEL_CONFIG, TUNNEL_DIR, TUNNEL_UNIT, UNIT_DIR, WATCHDOG_UNIT,
-                    WORKER_UNIT, WORKER_WATCHDOG_UNIT)
+from .roles import (
+    API_KEY_PATH,
+    CACHE_PRUNE_TIMER,
+    CACHE_PRUNE_UNIT,
+    COORDINATOR_UNIT,
+    FIREWALL_CHAIN,
+    FIREWALL_UNIT,
+    FRONT_CONFIG,
+    FRONT_DRAIN,
+    FRONT_SOCKET,
+    FRONT_UNIT,
+    LLAMA_SERVER_SCRIPT,
+    MODELS_PRESET,
+    NO_DRAIN_FLAG,
+    RPC_SERVER_SCRIPT,
+    STUNNEL,
+    TUNNEL_CONFIG,
+    TUNNEL_DIR,
+    TUNNEL_UNIT,
+    UNIT_DIR,
+    WATCHDOG_UNIT,
+    WORKER_UNIT,
+    WORKER_WATCHDOG_UNIT,
+)
 from .cluster import SERVICE_USER, Cluster, ClusterHost, allowed_clients
 from .settings import COORDINATOR, WORKERS
 
@@ -63,12 +84,19 @@ line = quoting.shell_line  # one line of a command: each word quoted for the she
 def container_options(name: str, me: ClusterHost, volumes: list[tuple[str, str, bool]], role: str) -> list[str]:
     """docker run options shared by both roles: host networking, the service user, no capabilities,
     read-only root; the host's GPUs (device_options) and the given volumes."""
-    return [line("--name", name), line("--network", "host"), "--init",
-            f'--user "$(id -u {SERVICE_USER}):$(id -g {SERVICE_USER})"',
-            line("--cap-drop", "ALL"), line("--security-opt", "no-new-privileges"), "--read-only",
-            line("--tmpfs", "/tmp"), *device_options(me),
-            *[line("--volume", quoting.volume(source, target, ro)) for source, target, ro in volumes],
-            line("--label", f"io.llama-rpc-deploy.role={role}")]
+    return [
+        line("--name", name),
+        line("--network", "host"),
+        "--init",
+        f'--user "$(id -u {SERVICE_USER}):$(id -g {SERVICE_USER})"',
+        line("--cap-drop", "ALL"),
+        line("--security-opt", "no-new-privileges"),
+        "--read-only",
+        line("--tmpfs", "/tmp"),
+        *device_options(me),
+        *[line("--volume", quoting.volume(source, target, ro)) for source, target, ro in volumes],
+        line("--label", f"io.llama-rpc-deploy.role={role}"),
+    ]
 
 
 def device_options(me: ClusterHost) -> list[str]:
@@ -114,16 +142,20 @@ def model_options(cluster: Cluster, folders: list[tuple[str, str]]) -> tuple[lis
     models on demand, into the model's section of the preset."""
     s = cluster.settings
     split = s["llama_tensor_split"]
-    files = [("--model", _inside(folders, s["llama_model_path"], "/models")),
-             *([("--mmproj", _inside(folders, s["llama_mmproj_path"], MMPROJ_MOUNT))] if s["llama_mmproj_path"] else [])]
-    fit = [("--n-gpu-layers", s["llama_n_gpu_layers"]),
-           *([("--tensor-split", ",".join(str(x) for x in split))] if split else []),
-           ("--ctx-size", s["llama_ctx_size"]),
-           ("--parallel", s["llama_parallel"]),
-           *([("--kv-unified", None)] if s["llama_kv_unified"] else []),
-           ("--cache-type-k", s["llama_cache_type_k"]),
-           ("--cache-type-v", s["llama_cache_type_v"]),
-           ("--flash-attn", s["llama_flash_attn"])]
+    files = [
+        ("--model", _inside(folders, s["llama_model_path"], "/models")),
+        *([("--mmproj", _inside(folders, s["llama_mmproj_path"], MMPROJ_MOUNT))] if s["llama_mmproj_path"] else []),
+    ]
+    fit = [
+        ("--n-gpu-layers", s["llama_n_gpu_layers"]),
+        *([("--tensor-split", ",".join(str(x) for x in split))] if split else []),
+        ("--ctx-size", s["llama_ctx_size"]),
+        ("--parallel", s["llama_parallel"]),
+        *([("--kv-unified", None)] if s["llama_kv_unified"] else []),
+        ("--cache-type-k", s["llama_cache_type_k"]),
+        ("--cache-type-v", s["llama_cache_type_v"]),
+        ("--flash-attn", s["llama_flash_attn"]),
+    ]
     return files, fit
 
 
@@ -131,13 +163,17 @@ def models_preset(cluster: Cluster) -> str:
     """llama-server's --models-preset for models on demand: one section per model of llama_models
     (llama_model_path's first, loaded at start), each with its own files, split, context and KV."""
     folders = model_folders(cluster)
-    out = ["; Models on demand, rendered by llama-rpc-deploy from llama_models: change the settings and deploy",
-           "; again, not this file. llama-server (router mode) loads the model a request names, one at a time."]
+    out = [
+        "; Models on demand, rendered by llama-rpc-deploy from llama_models: change the settings and deploy",
+        "; again, not this file. llama-server (router mode) loads the model a request names, one at a time.",
+    ]
     for name in cluster.served_models():
         files, fit = model_options(cluster.for_model(name), folders)
         out += ["", f"[{name}]"]
-        out += [f"{option.removeprefix('--')} = {quoting.ini('true' if value is None else value)}"
-                for option, value in files + fit]
+        out += [
+            f"{option.removeprefix('--')} = {quoting.ini('true' if value is None else value)}"
+            for option, value in files + fit
+        ]
         if name == cluster.default_model:
             out.append("load-on-startup = true")
     return "\n".join(out) + "\n"
@@ -183,8 +219,10 @@ def _program(deploy_dir: str, name: str, env: str) -> dict[str, str]:
     """A program of files/ and its environment file, side by side (the program reads NAME.env);
     a watchdog with the loop it sources."""
     library = [programs.WATCHDOG_LIBRARY] if name.endswith("-watchdog.sh") else []
-    return {**{f"{deploy_dir}/{n}": programs.text(n) for n in (*library, name)},
-            f"{deploy_dir}/{name.removesuffix('.sh')}.env": env}
+    return {
+        **{f"{deploy_dir}/{n}": programs.text(n) for n in (*library, name)},
+        f"{deploy_dir}/{name.removesuffix('.sh')}.env": env,
+    }
 
 
 def served_device(worker: ClusterHost) -> str:
@@ -201,19 +239,28 @@ def worker_files(cluster: Cluster, worker: ClusterHost, image: str) -> dict[str,
     if worker.tunnelled:
         guard = f"only the tunnel ({TUNNEL_UNIT}, mutual TLS on port {s['rpc_tunnel_port']}) reaches it"
     else:
-        guard = (f"rpc-firewall.sh admits only {', '.join(allowed_clients(cluster, worker))}" if firewall
-                 else "rpc_firewall is off: firewall the port yourself")
+        guard = (
+            f"rpc-firewall.sh admits only {', '.join(allowed_clients(cluster, worker))}"
+            if firewall
+            else "rpc_firewall is off: firewall the port yourself"
+        )
     return {
         f"{s['deploy_dir']}/{RPC_SERVER_SCRIPT}": _render(
-            "rpc-server.sh.j2", host_name=worker.name, device=served_device(worker),
-            bind_host=worker.rpc_bind, guard=guard, image=quoting.shell(image),
-            docker_options=container_options("rpc-server", worker,
-                                              [(s["rpc_cache_dir"], "/cache", False)], WORKERS),
-            rpc_server_args=rpc_server_args(worker)),
+            "rpc-server.sh.j2",
+            host_name=worker.name,
+            device=served_device(worker),
+            bind_host=worker.rpc_bind,
+            guard=guard,
+            image=quoting.shell(image),
+            docker_options=container_options("rpc-server", worker, [(s["rpc_cache_dir"], "/cache", False)], WORKERS),
+            rpc_server_args=rpc_server_args(worker),
+        ),
         f"{UNIT_DIR}/{WORKER_UNIT}": _render(
-            "rpc-server.service.j2", deploy_dir=s["deploy_dir"],
+            "rpc-server.service.j2",
+            deploy_dir=s["deploy_dir"],
             requires=" ".join(["docker.service"] + ([FIREWALL_UNIT] if firewall else [])),
-            after=" ".join(["docker.service", "network-online.target"] + ([FIREWALL_UNIT] if firewall else []))),
+            after=" ".join(["docker.service", "network-online.target"] + ([FIREWALL_UNIT] if firewall else [])),
+        ),
     }
 
 
@@ -227,10 +274,14 @@ def firewall_files(cluster: Cluster, worker: ClusterHost) -> dict[str, str]:
     ipv4 = [c for c in clients if ipaddress.ip_network(c, strict=False).version == 4]
     ipv6 = [c for c in clients if ipaddress.ip_network(c, strict=False).version == 6]
     return {
-        **_program(s["deploy_dir"], "rpc-firewall.sh",
-                   programs.firewall_env(ports=worker.firewalled_ports, chain=FIREWALL_CHAIN, ipv4=ipv4, ipv6=ipv6)),
-        f"{UNIT_DIR}/{FIREWALL_UNIT}": _render("rpc-firewall.service.j2", deploy_dir=s["deploy_dir"],
-                                               worker_unit=WORKER_UNIT),
+        **_program(
+            s["deploy_dir"],
+            "rpc-firewall.sh",
+            programs.firewall_env(ports=worker.firewalled_ports, chain=FIREWALL_CHAIN, ipv4=ipv4, ipv6=ipv6),
+        ),
+        f"{UNIT_DIR}/{FIREWALL_UNIT}": _render(
+            "rpc-firewall.service.j2", deploy_dir=s["deploy_dir"], worker_unit=WORKER_UNIT
+        ),
     }
 
 
@@ -242,21 +293,37 @@ def tunnel_files(cluster: Cluster, me: ClusterHost) -> dict[str, str]:
     if not tunnels:
         return {}
     if me.name == cluster.coordinator.name:
-        services = [dict(name=w.name, client=True, accept=w.rpc_endpoint, connect=w.rpc_remote,
-                         peer=tunnel.tunnel_name(w.name)) for w in tunnels]
+        services = [
+            dict(name=w.name, client=True, accept=w.rpc_endpoint, connect=w.rpc_remote, peer=tunnel.tunnel_name(w.name))
+            for w in tunnels
+        ]
         what = f"llama-server's ends of the tunnels to {', '.join(w.name for w in tunnels)}"
         before = COORDINATOR_UNIT
     else:
-        services = [dict(name="rpc-server", client=False, accept=me.rpc_remote,
-                         connect=f"127.0.0.1:{s['rpc_port']}", peer=tunnel.tunnel_name(cluster.coordinator.name))]
+        services = [
+            dict(
+                name="rpc-server",
+                client=False,
+                accept=me.rpc_remote,
+                connect=f"127.0.0.1:{s['rpc_port']}",
+                peer=tunnel.tunnel_name(cluster.coordinator.name),
+            )
+        ]
         what = f"the coordinator's way in to rpc-server (port {s['rpc_tunnel_port']} to 127.0.0.1:{s['rpc_port']})"
         before = ""
     config = f"{s['deploy_dir']}/{TUNNEL_CONFIG}"
     return {
-        config: _render("rpc-tunnel.conf.j2", host_name=me.name, what=what, tunnel_dir=TUNNEL_DIR,
-                        idle_seconds=TUNNEL_IDLE_SECONDS, services=services),
-        f"{UNIT_DIR}/{TUNNEL_UNIT}": _render("llama-rpc-tunnel.service.j2", what=what, before=before,
-                                             user=SERVICE_USER, stunnel=STUNNEL, config=config),
+        config: _render(
+            "rpc-tunnel.conf.j2",
+            host_name=me.name,
+            what=what,
+            tunnel_dir=TUNNEL_DIR,
+            idle_seconds=TUNNEL_IDLE_SECONDS,
+            services=services,
+        ),
+        f"{UNIT_DIR}/{TUNNEL_UNIT}": _render(
+            "llama-rpc-tunnel.service.j2", what=what, before=before, user=SERVICE_USER, stunnel=STUNNEL, config=config
+        ),
     }
 
 
@@ -275,18 +342,31 @@ def coordinator_files(cluster: Cluster, image: str) -> dict[str, str]:
     return {
         **preset,
         f"{s['deploy_dir']}/{LLAMA_SERVER_SCRIPT}": _render(
-            "llama-server.sh.j2", host_name=c.name, devices=", ".join(cluster.devices),
-            device_count=len(cluster.devices), image=quoting.shell(image),
+            "llama-server.sh.j2",
+            host_name=c.name,
+            devices=", ".join(cluster.devices),
+            device_count=len(cluster.devices),
+            image=quoting.shell(image),
             docker_options=container_options("llama-server", c, volumes, COORDINATOR),
-            llama_server_args=llama_server_args(cluster, bool(s["llama_api_key_file"]))),
-        **_program(s["deploy_dir"], "wait-for-workers.sh",
-                   programs.wait_for_workers_env(endpoints=cluster.rpc_endpoints, timeout=s["rpc_wait_timeout"],
-                                                 image=image, remotes=[w.rpc_remote if w.tunnelled else "-"
-                                                                       for w in cluster.workers]
-                                                 if cluster.tunnelled else None)),
+            llama_server_args=llama_server_args(cluster, bool(s["llama_api_key_file"])),
+        ),
+        **_program(
+            s["deploy_dir"],
+            "wait-for-workers.sh",
+            programs.wait_for_workers_env(
+                endpoints=cluster.rpc_endpoints,
+                timeout=s["rpc_wait_timeout"],
+                image=image,
+                remotes=[w.rpc_remote if w.tunnelled else "-" for w in cluster.workers] if cluster.tunnelled else None,
+            ),
+        ),
         f"{UNIT_DIR}/{COORDINATOR_UNIT}": _render(
-            "llama-server.service.j2", deploy_dir=s["deploy_dir"], start_timeout=s["rpc_wait_timeout"] + 30,
-            stop_timeout=s["llama_front_drain_seconds"] + 60, tunnel=TUNNEL_UNIT if cluster.tunnelled else ""),
+            "llama-server.service.j2",
+            deploy_dir=s["deploy_dir"],
+            start_timeout=s["rpc_wait_timeout"] + 30,
+            stop_timeout=s["llama_front_drain_seconds"] + 60,
+            tunnel=TUNNEL_UNIT if cluster.tunnelled else "",
+        ),
     }
 
 
@@ -305,16 +385,33 @@ def front_files(cluster: Cluster) -> dict[str, str]:
     config, lua = f"{deploy_dir}/{FRONT_CONFIG}", f"{deploy_dir}/{programs.FRONT_LUA}"
     maxrewrite = 1024  # HAProxy's default reserve for the headers it adds
     return {
-        config: _render("front.cfg.j2", host_name=cluster.coordinator.name, listen=front_address(cluster),
-                        server_port=s["llama_server_port"], socket=FRONT_SOCKET, lua=lua,
-                        bufsize=s["llama_front_replay_kib"] * 1024 + maxrewrite, maxrewrite=maxrewrite,
-                        replay_kib=s["llama_front_replay_kib"], hold_seconds=s["llama_front_hold_seconds"],
-                        retry_after=min(30, s["llama_front_hold_seconds"]), retries=FRONT_RETRIES,
-                        io_timeout=FRONT_IO_TIMEOUT),
+        config: _render(
+            "front.cfg.j2",
+            host_name=cluster.coordinator.name,
+            listen=front_address(cluster),
+            server_port=s["llama_server_port"],
+            socket=FRONT_SOCKET,
+            lua=lua,
+            bufsize=s["llama_front_replay_kib"] * 1024 + maxrewrite,
+            maxrewrite=maxrewrite,
+            replay_kib=s["llama_front_replay_kib"],
+            hold_seconds=s["llama_front_hold_seconds"],
+            retry_after=min(30, s["llama_front_hold_seconds"]),
+            retries=FRONT_RETRIES,
+            io_timeout=FRONT_IO_TIMEOUT,
+        ),
         lua: programs.text(programs.FRONT_LUA),
-        **_program(deploy_dir, FRONT_DRAIN,
-                   programs.front_drain_env(socket=FRONT_SOCKET, backend=FRONT_BACKEND, server=FRONT_SERVER,
-                                            drain_seconds=s["llama_front_drain_seconds"], no_drain_flag=NO_DRAIN_FLAG)),
+        **_program(
+            deploy_dir,
+            FRONT_DRAIN,
+            programs.front_drain_env(
+                socket=FRONT_SOCKET,
+                backend=FRONT_BACKEND,
+                server=FRONT_SERVER,
+                drain_seconds=s["llama_front_drain_seconds"],
+                no_drain_flag=NO_DRAIN_FLAG,
+            ),
+        ),
         f"{UNIT_DIR}/{FRONT_UNIT}": _render("llama-front.service.j2", config=config),
     }
 
@@ -323,11 +420,19 @@ def worker_watchdog_files(worker: ClusterHost) -> dict[str, str]:
     """Path on the worker -> content: the watchdog that restarts rpc-server when it holds a dead client."""
     s = worker.settings
     return {
-        **_program(s["deploy_dir"], "rpc-server-watchdog.sh",
-                   programs.rpc_server_watchdog_env(port=s["rpc_port"], interval=WATCHDOG_INTERVAL,
-                                                    patience=WORKER_WATCHDOG_PATIENCE, server_unit=WORKER_UNIT)),
-        f"{UNIT_DIR}/{WORKER_WATCHDOG_UNIT}": _render("rpc-server-watchdog.service.j2", deploy_dir=s["deploy_dir"],
-                                                      server_unit=WORKER_UNIT),
+        **_program(
+            s["deploy_dir"],
+            "rpc-server-watchdog.sh",
+            programs.rpc_server_watchdog_env(
+                port=s["rpc_port"],
+                interval=WATCHDOG_INTERVAL,
+                patience=WORKER_WATCHDOG_PATIENCE,
+                server_unit=WORKER_UNIT,
+            ),
+        ),
+        f"{UNIT_DIR}/{WORKER_WATCHDOG_UNIT}": _render(
+            "rpc-server-watchdog.service.j2", deploy_dir=s["deploy_dir"], server_unit=WORKER_UNIT
+        ),
     }
 
 
@@ -341,11 +446,16 @@ def cache_prune_files(worker: ClusterHost) -> dict[str, str]:
     s = worker.settings
     limit = f"{s['rpc_cache_max_gib']:g} GiB"
     return {
-        **_program(s["deploy_dir"], "rpc-cache-prune.sh",
-                   programs.cache_prune_env(cache_dir=cache_dir(worker), max_bytes=int(s["rpc_cache_max_gib"] * 2 ** 30),
-                                            min_age=CACHE_MIN_AGE)),
-        f"{UNIT_DIR}/{CACHE_PRUNE_UNIT}": _render("rpc-cache-prune.service.j2", deploy_dir=s["deploy_dir"], limit=limit,
-                                                  user=SERVICE_USER),
+        **_program(
+            s["deploy_dir"],
+            "rpc-cache-prune.sh",
+            programs.cache_prune_env(
+                cache_dir=cache_dir(worker), max_bytes=int(s["rpc_cache_max_gib"] * 2**30), min_age=CACHE_MIN_AGE
+            ),
+        ),
+        f"{UNIT_DIR}/{CACHE_PRUNE_UNIT}": _render(
+            "rpc-cache-prune.service.j2", deploy_dir=s["deploy_dir"], limit=limit, user=SERVICE_USER
+        ),
         f"{UNIT_DIR}/{CACHE_PRUNE_TIMER}": _render("rpc-cache-prune.timer.j2", limit=limit, every=CACHE_PRUNE_EVERY),
     }
 
@@ -354,14 +464,22 @@ def watchdog_files(cluster: Cluster) -> dict[str, str]:
     """Path on the coordinator -> content: the watchdog that restarts llama-server when it lost a worker."""
     s = cluster.settings
     return {
-        **_program(s["deploy_dir"], "llama-server-watchdog.sh",
-                   # through a tunnel, llama-server's connection ends on the coordinator: a worker that closed
-                   # shows there (the tunnel closes it too), a network that dropped on stunnel's connection out
-                   programs.llama_server_watchdog_env(endpoints=cluster.rpc_endpoints, interval=WATCHDOG_INTERVAL,
-                                                      remotes=[w.rpc_remote for w in cluster.tunnelled],
-                                                      retransmissions=WATCHDOG_RETRANSMISSIONS,
-                                                      grace=3 * WATCHDOG_INTERVAL, server_unit=COORDINATOR_UNIT,
-                                                      no_drain_flag=NO_DRAIN_FLAG)),
-        f"{UNIT_DIR}/{WATCHDOG_UNIT}": _render("llama-server-watchdog.service.j2", deploy_dir=s["deploy_dir"],
-                                               server_unit=COORDINATOR_UNIT),
+        **_program(
+            s["deploy_dir"],
+            "llama-server-watchdog.sh",
+            # through a tunnel, llama-server's connection ends on the coordinator: a worker that closed
+            # shows there (the tunnel closes it too), a network that dropped on stunnel's connection out
+            programs.llama_server_watchdog_env(
+                endpoints=cluster.rpc_endpoints,
+                interval=WATCHDOG_INTERVAL,
+                remotes=[w.rpc_remote for w in cluster.tunnelled],
+                retransmissions=WATCHDOG_RETRANSMISSIONS,
+                grace=3 * WATCHDOG_INTERVAL,
+                server_unit=COORDINATOR_UNIT,
+                no_drain_flag=NO_DRAIN_FLAG,
+            ),
+        ),
+        f"{UNIT_DIR}/{WATCHDOG_UNIT}": _render(
+            "llama-server-watchdog.service.j2", deploy_dir=s["deploy_dir"], server_unit=COORDINATOR_UNIT
+        ),
     }

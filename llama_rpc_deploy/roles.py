@@ -4,6 +4,7 @@ render fills these files, the phases install them, and rollback, status, tune, t
 find them here: nothing else spells a unit's name or a path on a host. `coordinator(cluster)` and
 `worker(cluster, host)` say what one host of that role runs.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ def unit_file(unit: str) -> str:
 @dataclass(frozen=True)
 class Role:
     """What one host of a role runs."""
+
     role: str  # settings.COORDINATOR or settings.WORKERS
     deploy_dir: str
     server: str  # the unit that serves: llama-server or rpc-server
@@ -71,18 +73,32 @@ class Role:
 
 def coordinator(cluster) -> Role:
     tunnels = bool(cluster.tunnels_at(cluster.coordinator))
-    return Role(COORDINATOR, cluster.settings["deploy_dir"], COORDINATOR_UNIT, WATCHDOG_UNIT, "llama-server",
-                units=(COORDINATOR_UNIT, WATCHDOG_UNIT, FRONT_UNIT) + ((TUNNEL_UNIT,) if tunnels else ()),
-                packages=FRONT_PACKAGES + (TUNNEL_PACKAGES if tunnels else ()))
+    return Role(
+        COORDINATOR,
+        cluster.settings["deploy_dir"],
+        COORDINATOR_UNIT,
+        WATCHDOG_UNIT,
+        "llama-server",
+        units=(COORDINATOR_UNIT, WATCHDOG_UNIT, FRONT_UNIT) + ((TUNNEL_UNIT,) if tunnels else ()),
+        packages=FRONT_PACKAGES + (TUNNEL_PACKAGES if tunnels else ()),
+    )
 
 
 def worker(cluster, host) -> Role:
     s = host.settings
     tunnels = bool(cluster.tunnels_at(host))
-    return Role(WORKERS, s["deploy_dir"], WORKER_UNIT, WORKER_WATCHDOG_UNIT, "rpc-server",
-                units=(WORKER_UNIT, WORKER_WATCHDOG_UNIT) + ((FIREWALL_UNIT,) if s["rpc_firewall"] else ())
-                + (CACHE_PRUNE_TIMER,) + ((TUNNEL_UNIT,) if tunnels else ()),
-                packages=TUNNEL_PACKAGES if tunnels else ())
+    return Role(
+        WORKERS,
+        s["deploy_dir"],
+        WORKER_UNIT,
+        WORKER_WATCHDOG_UNIT,
+        "rpc-server",
+        units=(WORKER_UNIT, WORKER_WATCHDOG_UNIT)
+        + ((FIREWALL_UNIT,) if s["rpc_firewall"] else ())
+        + (CACHE_PRUNE_TIMER,)
+        + ((TUNNEL_UNIT,) if tunnels else ()),
+        packages=TUNNEL_PACKAGES if tunnels else (),
+    )
 
 
 def of(cluster, host) -> Role:

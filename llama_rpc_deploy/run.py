@@ -5,6 +5,7 @@ so whatever one host's operation must learn from another's (did a worker restart
 check fail?) is decided when the operation runs, from the operations recorded here. There is one Run
 per pyinfra State (`Run.of`), with named fields; nothing is kept in module globals.
 """
+
 from __future__ import annotations
 
 import time

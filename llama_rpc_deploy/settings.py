@@ -8,6 +8,7 @@ Values are looked up the way pyinfra layers them, scope by scope (highest first,
 command line, the host's data in the inventory, group_data/<group>, then group_data/all.
 Errors name the place a bad value came from (file:line:column for YAML).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -51,10 +52,17 @@ class Check:
 
 
 def _int(lo: int | None = None, hi: int | None = None) -> Check:
-    words = "an integer" + (f" >= {lo}" if lo is not None and hi is None else "") + (
-        f" from {lo} to {hi}" if lo is not None and hi is not None else "")
-    return Check(words, lambda v: isinstance(v, int) and not isinstance(v, bool)
-                 and (lo is None or v >= lo) and (hi is None or v <= hi))
+    words = (
+        "an integer"
+        + (f" >= {lo}" if lo is not None and hi is None else "")
+        + (f" from {lo} to {hi}" if lo is not None and hi is not None else "")
+    )
+    return Check(
+        words,
+        lambda v: (
+            isinstance(v, int) and not isinstance(v, bool) and (lo is None or v >= lo) and (hi is None or v <= hi)
+        ),
+    )
 
 
 def _optional(check: Check) -> Check:
@@ -75,8 +83,10 @@ def _str(pattern: str = r".+", words: str = "a non-empty string") -> Check:
 
 
 def _str_list() -> Check:
-    return Check("a list of strings without control characters",
-                 lambda v: isinstance(v, (list, tuple)) and all(_printable(x) for x in v))
+    return Check(
+        "a list of strings without control characters",
+        lambda v: isinstance(v, (list, tuple)) and all(_printable(x) for x in v),
+    )
 
 
 def _number(x) -> bool:
@@ -84,9 +94,19 @@ def _number(x) -> bool:
 
 
 def _positive_numbers() -> Check:
-    return Check("None, 'auto' or a list of finite numbers from 0 to 1000000, one per device, not all 0",
-                 lambda v: v is None or v == "auto" or (isinstance(v, (list, tuple)) and len(v) > 0
-                                                        and all(_number(x) and 0 <= x <= 1e6 for x in v) and sum(v) > 0))
+    return Check(
+        "None, 'auto' or a list of finite numbers from 0 to 1000000, one per device, not all 0",
+        lambda v: (
+            v is None
+            or v == "auto"
+            or (
+                isinstance(v, (list, tuple))
+                and len(v) > 0
+                and all(_number(x) and 0 <= x <= 1e6 for x in v)
+                and sum(v) > 0
+            )
+        ),
+    )
 
 
 def is_host_name(value) -> bool:
@@ -99,24 +119,57 @@ def is_host_name(value) -> bool:
     except ValueError:
         pass
     labels = value.rstrip(".").split(".")
-    return len(value) <= 253 and all(re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", label)
-                                     for label in labels)
+    return len(value) <= 253 and all(
+        re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", label) for label in labels
+    )
 
 
 # folders a deploy must never take over (it chowns its own folders to the service user)
-SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt",
-                         "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/bin",
-                         "/usr/lib", "/usr/local", "/usr/sbin", "/usr/share", "/var", "/var/cache", "/var/lib",
-                         "/var/log", "/var/tmp"})
+SYSTEM_DIRS = frozenset(
+    {
+        "/",
+        "/bin",
+        "/boot",
+        "/dev",
+        "/etc",
+        "/home",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/media",
+        "/mnt",
+        "/opt",
+        "/proc",
+        "/root",
+        "/run",
+        "/sbin",
+        "/srv",
+        "/sys",
+        "/tmp",
+        "/usr",
+        "/usr/bin",
+        "/usr/lib",
+        "/usr/local",
+        "/usr/sbin",
+        "/usr/share",
+        "/var",
+        "/var/cache",
+        "/var/lib",
+        "/var/log",
+        "/var/tmp",
+    }
+)
 
 
 def _path(allowed: str, words: str) -> Check:
     """An absolute path of these characters, without '.' or '..' components, not a system folder."""
+
     def ok(v) -> bool:
         if not (_printable(v) and re.fullmatch(f"/{allowed}*", v)):
             return False
         parts = v.split("/")
         return "." not in parts and ".." not in parts and "/" + "/".join(p for p in parts if p) not in SYSTEM_DIRS
+
     return Check(words, ok)
 
 
@@ -124,16 +177,31 @@ BOOL = Check("True or False", lambda v: isinstance(v, bool))
 PORT = _int(1, 65535)
 ADDRESS = Check("an IP address or a host name (RFC 1123: letters, digits, '-' and '.')", is_host_name)
 # a folder of the deploy's own on a host: it goes into commands, units and docker's --volume
-HOST_DIR = _path(r"[A-Za-z0-9._/-]", "an absolute path of letters, digits, '.', '_', '-' and '/', a folder of "
-                                     "its own (not '/', /etc, /var/lib, ...)")
+HOST_DIR = _path(
+    r"[A-Za-z0-9._/-]",
+    "an absolute path of letters, digits, '.', '_', '-' and '/', a folder of its own (not '/', /etc, /var/lib, ...)",
+)
 # a file the user has (in LM Studio's folder...): spaces and letters of any script, but not ':' or ','
 # (docker's --volume cannot carry them) nor shell or unit syntax
-MODEL_FILE = _path(r"[\w .+@=~'()\[\]&/-]", "an absolute path of letters, digits, spaces and . _ - + @ = ~ ' ( ) [ ] & "
-                                            "(no ':' or ',': docker --volume and --mount cannot carry them)")
+MODEL_FILE = _path(
+    r"[\w .+@=~'()\[\]&/-]",
+    "an absolute path of letters, digits, spaces and . _ - + @ = ~ ' ( ) [ ] & "
+    "(no ':' or ',': docker --volume and --mount cannot carry them)",
+)
 CONTROL_PATH = _str(r"\S(.*\S)?", "a path on this machine")
 # models on demand: the settings each model in llama_models may set for itself (the rest are shared)
-PER_MODEL = ("llama_model_path", "llama_mmproj_path", "llama_ctx_size", "llama_parallel", "llama_kv_unified",
-             "llama_tensor_split", "llama_cache_type_k", "llama_cache_type_v", "llama_flash_attn", "llama_n_gpu_layers")
+PER_MODEL = (
+    "llama_model_path",
+    "llama_mmproj_path",
+    "llama_ctx_size",
+    "llama_parallel",
+    "llama_kv_unified",
+    "llama_tensor_split",
+    "llama_cache_type_k",
+    "llama_cache_type_v",
+    "llama_flash_attn",
+    "llama_n_gpu_layers",
+)
 MODEL_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"  # the request's "model" field; an INI section name
 
 
@@ -143,14 +211,18 @@ def _models_problem(value) -> str:
         return f"llama_models = {value!r}: expected a mapping of model names to their settings"
     for name, entry in value.items():
         if not (isinstance(name, str) and re.fullmatch(MODEL_NAME, name)):
-            return (f"llama_models: model name {name!r}: expected letters, digits, '.', '_' and '-' "
-                    "(at most 64, a letter or digit first): clients send it as the request's model field")
+            return (
+                f"llama_models: model name {name!r}: expected letters, digits, '.', '_' and '-' "
+                "(at most 64, a letter or digit first): clients send it as the request's model field"
+            )
         if not isinstance(entry, dict) or "llama_model_path" not in entry:
             return f"llama_models: {name} = {entry!r}: expected a mapping with at least llama_model_path"
         for key, v in entry.items():
             if key not in PER_MODEL:
-                return (f"llama_models: {name}.{key}: expected one of the settings a model may set for itself: "
-                        + ", ".join(PER_MODEL))
+                return (
+                    f"llama_models: {name}.{key}: expected one of the settings a model may set for itself: "
+                    + ", ".join(PER_MODEL)
+                )
             check = BY_NAME[key].check
             if not check.ok(v):
                 return f"llama_models: {name}.{key} = {v!r}: expected {check.expected}"
@@ -180,159 +252,416 @@ class Setting:
 S = Setting
 SETTINGS: tuple[Setting, ...] = (
     # --- llama.cpp source and image ---
-    S("llama_cpp_ref", "0c1e57098bba43ac29e6e3b677cdceebdd22334f", _str(r"[0-9a-f]{40}", "a full 40-character commit"),
-      "llama.cpp commit the image is built from: release b11312, 2026-10-01 (also what the llama-cpp-python "
-      "0.3.36 sdist vendors). A full commit, so that it names one tree.", "image"),
-    S("llama_cpp_build_number", 11312, _int(0),
-      "The release number of llama_cpp_ref (bNNNN), so that llama-server reports its version (/props, "
-      "system_fingerprint); a tarball has no git history to count it from.", "image"),
-    S("llama_cpp_url", "https://github.com/ggml-org/llama.cpp/archive/{ref}.tar.gz",
-      _str(r"https?://[^\s{}]*\{ref\}[^\s{}]*", "a http(s):// URL with {ref} in it (and no other braces)"),
-      "Where the coordinator downloads llama_cpp_ref from ({ref} stands for the commit): GitHub, or your "
-      "mirror or proxy.", "image"),
-    S("llama_cpp_sha256", None, _optional(_str(r"[0-9a-f]{64}", "a sha256 (64 hex digits)")),
-      "The downloaded tarball's sha256; a tarball with another is refused before it is built. None: the first "
-      "download's sha256 is recorded on the control machine (.state/sources.lock) and every later download "
-      "must match it; pin it here to check the first one too.", "image"),
-    S("llama_cpp_source", None, _optional(CONTROL_PATH),
-      "None: the coordinator downloads llama_cpp_ref from llama_cpp_url. A path on the control machine to a "
-      "llama.cpp tree (or an sdist that vendors one) or a .tar.gz of one: uploaded instead, for offline use.",
-      "image"),
-    S("image_name", "llama-rpc", _str(r"[a-z0-9][a-z0-9._/-]*", "a Docker repository name"),
-      "Image repository; the tag is derived from the source, the Dockerfile and the build arguments.", "image"),
-    S("image_build_image", "nvidia/cuda:12.8.1-devel-ubuntu24.04", IMAGE_REF,
-      "Base image of the build stage of the cuda and cpu images (CUDA 12.8 or newer for RTX 50xx / sm_120).", "image"),
-    S("image_runtime_image", "nvidia/cuda:12.8.1-runtime-ubuntu24.04", IMAGE_REF,
-      "Base image of the runtime stage of the cuda and cpu images.", "image"),
-    S("image_vulkan_build_image", "debian:trixie", IMAGE_REF,
-      "Base image of the vulkan image's build stage: Debian 13 or newer (Debian 12's Vulkan headers, 1.3.239, "
-      "lack what this llama.cpp uses; Debian 13's 1.4.309 build it).", "image"),
-    S("image_vulkan_runtime_image", "debian:trixie", IMAGE_REF,
-      "Base image of the vulkan image's runtime stage (it installs Mesa's Vulkan drivers).", "image"),
-    S("image_cuda_architectures", None, _optional(_str(r"[0-9]+[a-z]?(;[0-9]+[a-z]?)*", "compute capabilities like '89;120'")),
-      "None: the union of the inventory's GPUs (see gpus). Set to override, e.g. '86;89;120'.", "image"),
-    S("image_cpu_native", False, BOOL,
-      "True builds for the coordinator's own CPU (only if every host has the same CPU, like the lab); "
-      "False builds every x86 variant and picks one at run time.", "image"),
-    S("image_build_jobs", None, _optional(_int(1, 1024)), "Parallel compile jobs; None: all cores of the coordinator.", "image"),
+    S(
+        "llama_cpp_ref",
+        "0c1e57098bba43ac29e6e3b677cdceebdd22334f",
+        _str(r"[0-9a-f]{40}", "a full 40-character commit"),
+        "llama.cpp commit the image is built from: release b11312, 2026-10-01 (also what the llama-cpp-python "
+        "0.3.36 sdist vendors). A full commit, so that it names one tree.",
+        "image",
+    ),
+    S(
+        "llama_cpp_build_number",
+        11312,
+        _int(0),
+        "The release number of llama_cpp_ref (bNNNN), so that llama-server reports its version (/props, "
+        "system_fingerprint); a tarball has no git history to count it from.",
+        "image",
+    ),
+    S(
+        "llama_cpp_url",
+        "https://github.com/ggml-org/llama.cpp/archive/{ref}.tar.gz",
+        _str(r"https?://[^\s{}]*\{ref\}[^\s{}]*", "a http(s):// URL with {ref} in it (and no other braces)"),
+        "Where the coordinator downloads llama_cpp_ref from ({ref} stands for the commit): GitHub, or your "
+        "mirror or proxy.",
+        "image",
+    ),
+    S(
+        "llama_cpp_sha256",
+        None,
+        _optional(_str(r"[0-9a-f]{64}", "a sha256 (64 hex digits)")),
+        "The downloaded tarball's sha256; a tarball with another is refused before it is built. None: the first "
+        "download's sha256 is recorded on the control machine (.state/sources.lock) and every later download "
+        "must match it; pin it here to check the first one too.",
+        "image",
+    ),
+    S(
+        "llama_cpp_source",
+        None,
+        _optional(CONTROL_PATH),
+        "None: the coordinator downloads llama_cpp_ref from llama_cpp_url. A path on the control machine to a "
+        "llama.cpp tree (or an sdist that vendors one) or a .tar.gz of one: uploaded instead, for offline use.",
+        "image",
+    ),
+    S(
+        "image_name",
+        "llama-rpc",
+        _str(r"[a-z0-9][a-z0-9._/-]*", "a Docker repository name"),
+        "Image repository; the tag is derived from the source, the Dockerfile and the build arguments.",
+        "image",
+    ),
+    S(
+        "image_build_image",
+        "nvidia/cuda:12.8.1-devel-ubuntu24.04",
+        IMAGE_REF,
+        "Base image of the build stage of the cuda and cpu images (CUDA 12.8 or newer for RTX 50xx / sm_120).",
+        "image",
+    ),
+    S(
+        "image_runtime_image",
+        "nvidia/cuda:12.8.1-runtime-ubuntu24.04",
+        IMAGE_REF,
+        "Base image of the runtime stage of the cuda and cpu images.",
+        "image",
+    ),
+    S(
+        "image_vulkan_build_image",
+        "debian:trixie",
+        IMAGE_REF,
+        "Base image of the vulkan image's build stage: Debian 13 or newer (Debian 12's Vulkan headers, 1.3.239, "
+        "lack what this llama.cpp uses; Debian 13's 1.4.309 build it).",
+        "image",
+    ),
+    S(
+        "image_vulkan_runtime_image",
+        "debian:trixie",
+        IMAGE_REF,
+        "Base image of the vulkan image's runtime stage (it installs Mesa's Vulkan drivers).",
+        "image",
+    ),
+    S(
+        "image_cuda_architectures",
+        None,
+        _optional(_str(r"[0-9]+[a-z]?(;[0-9]+[a-z]?)*", "compute capabilities like '89;120'")),
+        "None: the union of the inventory's GPUs (see gpus). Set to override, e.g. '86;89;120'.",
+        "image",
+    ),
+    S(
+        "image_cpu_native",
+        False,
+        BOOL,
+        "True builds for the coordinator's own CPU (only if every host has the same CPU, like the lab); "
+        "False builds every x86 variant and picks one at run time.",
+        "image",
+    ),
+    S(
+        "image_build_jobs",
+        None,
+        _optional(_int(1, 1024)),
+        "Parallel compile jobs; None: all cores of the coordinator.",
+        "image",
+    ),
     # --- hardware ---
-    S("image_backend", None, _optional(_one_of(*BACKENDS)),
-      "This host's llama.cpp build: 'cuda' (NVIDIA GPUs, with the NVIDIA Container Toolkit), 'vulkan' (AMD or "
-      "Intel GPUs, through /dev/dri; with no gpus, the CPU's Vulkan device, Mesa's lavapipe) or 'cpu'. The "
-      "coordinator builds one image per backend the hosts use, each from the same llama.cpp commit. None: the "
-      "coordinator's, and 'cuda' on the coordinator.", "hardware"),
-    S("gpus", [], Check("a list of GPU names from llama_rpc_deploy/gpus.py, or dicts with name and cuda_arch",
-                        lambda v: isinstance(v, (list, tuple))),
-      "This host's GPUs, e.g. ['RTX 4080'] (NVIDIA: image_backend cuda) or ['RX 7900 XTX'] (AMD, Intel: "
-      "image_backend vulkan). Empty: a CPU-only host (exposes one CPU device).", "hardware"),
-    S("address", None, _optional(ADDRESS),
-      "Address the other hosts use to reach this one. None: the inventory name.", "hardware"),
+    S(
+        "image_backend",
+        None,
+        _optional(_one_of(*BACKENDS)),
+        "This host's llama.cpp build: 'cuda' (NVIDIA GPUs, with the NVIDIA Container Toolkit), 'vulkan' (AMD or "
+        "Intel GPUs, through /dev/dri; with no gpus, the CPU's Vulkan device, Mesa's lavapipe) or 'cpu'. The "
+        "coordinator builds one image per backend the hosts use, each from the same llama.cpp commit. None: the "
+        "coordinator's, and 'cuda' on the coordinator.",
+        "hardware",
+    ),
+    S(
+        "gpus",
+        [],
+        Check(
+            "a list of GPU names from llama_rpc_deploy/gpus.py, or dicts with name and cuda_arch",
+            lambda v: isinstance(v, (list, tuple)),
+        ),
+        "This host's GPUs, e.g. ['RTX 4080'] (NVIDIA: image_backend cuda) or ['RX 7900 XTX'] (AMD, Intel: "
+        "image_backend vulkan). Empty: a CPU-only host (exposes one CPU device).",
+        "hardware",
+    ),
+    S(
+        "address",
+        None,
+        _optional(ADDRESS),
+        "Address the other hosts use to reach this one. None: the inventory name.",
+        "hardware",
+    ),
     # --- the model and llama-server (coordinator) ---
-    S("llama_model_path", f"/{PLACEHOLDER}/model.gguf", MODEL_FILE,
-      "GGUF file on the coordinator (e.g. inside LM Studio's models folder); its folder is mounted read-only.", "server"),
-    S("llama_mmproj_path", None, _optional(MODEL_FILE),
-      "A vision projector (mmproj-*.gguf, next to the model in LM Studio's folder) on the coordinator: "
-      "llama-server gets --mmproj and answers image requests; its folder is mounted read-only. "
-      "llama.cpp puts it on the first device (RPC0) and the planner counts it there.", "server"),
-    S("llama_models", {}, MODELS,
-      "Models on demand: more GGUF files on the coordinator, by name, each with its own settings, e.g. "
-      "{'qwen3-8b': {'llama_model_path': '/models/qwen3-8b.gguf', 'llama_ctx_size': 32768}} (a model may set "
-      + ", ".join(PER_MODEL[1:]) + "; the rest are shared). llama-server then runs as a router: a request's "
-      "model field picks the model, one is loaded at a time across the workers, and llama_model_path's model "
-      "(named after its file, or after the entry with its path) is loaded at start. Each is planned before "
-      "the deploy. Empty: llama_model_path only.", "server"),
-    S("llama_models_folder", False, BOOL,
-      "True: every GGUF model in llama_model_path's folder is served on demand too, each named after its file "
-      "and planned with the shared settings (a llama_models entry with its path sets its own). Projectors "
-      "(mmproj*), draft models (mtp-*, ...) and the later shards of a split model are not models of their own.",
-      "server"),
-    S("llama_ctx_size", 65536, _int(256, MAX_CTX),
-      "Context size in tokens. Each of the llama_parallel slots gets ctx/parallel of it (`plan` shows "
-      "the figure), unless llama_kv_unified.", "server"),
+    S(
+        "llama_model_path",
+        f"/{PLACEHOLDER}/model.gguf",
+        MODEL_FILE,
+        "GGUF file on the coordinator (e.g. inside LM Studio's models folder); its folder is mounted read-only.",
+        "server",
+    ),
+    S(
+        "llama_mmproj_path",
+        None,
+        _optional(MODEL_FILE),
+        "A vision projector (mmproj-*.gguf, next to the model in LM Studio's folder) on the coordinator: "
+        "llama-server gets --mmproj and answers image requests; its folder is mounted read-only. "
+        "llama.cpp puts it on the first device (RPC0) and the planner counts it there.",
+        "server",
+    ),
+    S(
+        "llama_models",
+        {},
+        MODELS,
+        "Models on demand: more GGUF files on the coordinator, by name, each with its own settings, e.g. "
+        "{'qwen3-8b': {'llama_model_path': '/models/qwen3-8b.gguf', 'llama_ctx_size': 32768}} (a model may set "
+        + ", ".join(PER_MODEL[1:])
+        + "; the rest are shared). llama-server then runs as a router: a request's "
+        "model field picks the model, one is loaded at a time across the workers, and llama_model_path's model "
+        "(named after its file, or after the entry with its path) is loaded at start. Each is planned before "
+        "the deploy. Empty: llama_model_path only.",
+        "server",
+    ),
+    S(
+        "llama_models_folder",
+        False,
+        BOOL,
+        "True: every GGUF model in llama_model_path's folder is served on demand too, each named after its file "
+        "and planned with the shared settings (a llama_models entry with its path sets its own). Projectors "
+        "(mmproj*), draft models (mtp-*, ...) and the later shards of a split model are not models of their own.",
+        "server",
+    ),
+    S(
+        "llama_ctx_size",
+        65536,
+        _int(256, MAX_CTX),
+        "Context size in tokens. Each of the llama_parallel slots gets ctx/parallel of it (`plan` shows "
+        "the figure), unless llama_kv_unified.",
+        "server",
+    ),
     S("llama_parallel", 4, _int(1, 256), "Parallel request slots.", "server"),
-    S("llama_kv_unified", False, BOOL,
-      "True: one KV cache that all slots share (--kv-unified), so one request may use the whole context "
-      "while the others are idle. False: each slot has its own ctx/parallel tokens.", "server"),
-    S("llama_cache_type_k", "f16", _one_of(*CACHE_TYPES), "KV cache type for K. f16 measured faster than q8_0 over RPC.", "server"),
+    S(
+        "llama_kv_unified",
+        False,
+        BOOL,
+        "True: one KV cache that all slots share (--kv-unified), so one request may use the whole context "
+        "while the others are idle. False: each slot has its own ctx/parallel tokens.",
+        "server",
+    ),
+    S(
+        "llama_cache_type_k",
+        "f16",
+        _one_of(*CACHE_TYPES),
+        "KV cache type for K. f16 measured faster than q8_0 over RPC.",
+        "server",
+    ),
     S("llama_cache_type_v", "f16", _one_of(*CACHE_TYPES), "KV cache type for V.", "server"),
     S("llama_flash_attn", "auto", _one_of("on", "off", "auto"), "Flash attention.", "server"),
-    S("llama_n_gpu_layers", 999, _int(0, 10000), "Layers to offload to the devices (999: all). With a CPU-only "
-      "coordinator the last N layers go to the RPC devices and the rest stay on its CPU.", "server"),
-    S("llama_tensor_split", None, _positive_numbers(),
-      "Share of the layers per device, in device order (every worker's devices, then the coordinator's GPUs). "
-      "None: llama.cpp splits by free memory. 'auto': the planner's split (fastest memory first, see `plan`).", "server"),
-    S("llama_sleep_idle_seconds", None, _optional(_int(1, 31536000)),
-      "Unload the model from every device after this many idle seconds; reloads on the next request. None: never.", "server"),
-    S("llama_threads", None, _optional(_int(1, 1024)), "CPU threads of llama-server. None: llama.cpp's default.", "server"),
-    S("llama_host", None, _optional(ADDRESS),
-      "Address clients reach the API at: the front (HAProxy) listens there. None: the coordinator's address.", "server"),
+    S(
+        "llama_n_gpu_layers",
+        999,
+        _int(0, 10000),
+        "Layers to offload to the devices (999: all). With a CPU-only "
+        "coordinator the last N layers go to the RPC devices and the rest stay on its CPU.",
+        "server",
+    ),
+    S(
+        "llama_tensor_split",
+        None,
+        _positive_numbers(),
+        "Share of the layers per device, in device order (every worker's devices, then the coordinator's GPUs). "
+        "None: llama.cpp splits by free memory. 'auto': the planner's split (fastest memory first, see `plan`).",
+        "server",
+    ),
+    S(
+        "llama_sleep_idle_seconds",
+        None,
+        _optional(_int(1, 31536000)),
+        "Unload the model from every device after this many idle seconds; reloads on the next request. None: never.",
+        "server",
+    ),
+    S(
+        "llama_threads",
+        None,
+        _optional(_int(1, 1024)),
+        "CPU threads of llama-server. None: llama.cpp's default.",
+        "server",
+    ),
+    S(
+        "llama_host",
+        None,
+        _optional(ADDRESS),
+        "Address clients reach the API at: the front (HAProxy) listens there. None: the coordinator's address.",
+        "server",
+    ),
     S("llama_port", 8080, PORT, "The API's port, where the front listens for clients.", "server"),
-    S("llama_server_port", 18080, PORT,
-      "llama-server's own port, on the coordinator's loopback only: nothing but the front reaches it.", "server"),
-    S("llama_front_hold_seconds", 180, _int(1, 86400),
-      "How long the front holds a request while llama-server is down, restarting or loading (a worker lost, "
-      "a deploy, a model switch, the wake from sleep). Past it the client gets 503 with Retry-After.", "server"),
-    S("llama_front_drain_seconds", 120, _int(0, 86400),
-      "Before a planned restart (a deploy, a rollback) the front stops sending new requests to llama-server "
-      "and waits at most this long for those in flight to finish.", "server"),
-    S("llama_front_replay_kib", 256, _int(16, 65536),
-      "The largest request (KiB, headers and body) the front keeps to replay when llama-server dies while "
-      "answering it; a larger one is served but not replayed. Each connection may buffer this much.", "server"),
-    S("llama_api_key_file", None, _optional(CONTROL_PATH),
-      "A file on the control machine holding the API key clients must send (Authorization: Bearer KEY); "
-      "chmod 600, outside the repository. It goes to the coordinator readable only by the service user and "
-      "reaches llama-server as a file, never on a command line. None: no key (anyone who reaches the port "
-      "can use it).", "server"),
+    S(
+        "llama_server_port",
+        18080,
+        PORT,
+        "llama-server's own port, on the coordinator's loopback only: nothing but the front reaches it.",
+        "server",
+    ),
+    S(
+        "llama_front_hold_seconds",
+        180,
+        _int(1, 86400),
+        "How long the front holds a request while llama-server is down, restarting or loading (a worker lost, "
+        "a deploy, a model switch, the wake from sleep). Past it the client gets 503 with Retry-After.",
+        "server",
+    ),
+    S(
+        "llama_front_drain_seconds",
+        120,
+        _int(0, 86400),
+        "Before a planned restart (a deploy, a rollback) the front stops sending new requests to llama-server "
+        "and waits at most this long for those in flight to finish.",
+        "server",
+    ),
+    S(
+        "llama_front_replay_kib",
+        256,
+        _int(16, 65536),
+        "The largest request (KiB, headers and body) the front keeps to replay when llama-server dies while "
+        "answering it; a larger one is served but not replayed. Each connection may buffer this much.",
+        "server",
+    ),
+    S(
+        "llama_api_key_file",
+        None,
+        _optional(CONTROL_PATH),
+        "A file on the control machine holding the API key clients must send (Authorization: Bearer KEY); "
+        "chmod 600, outside the repository. It goes to the coordinator readable only by the service user and "
+        "reaches llama-server as a file, never on a command line. None: no key (anyone who reaches the port "
+        "can use it).",
+        "server",
+    ),
     S("llama_metrics", False, BOOL, "Serve Prometheus metrics at /metrics.", "server"),
-    S("llama_log_verbosity", 4, _int(0, 5),
-      "llama-server's log threshold; 4 keeps llama.cpp's load report (weights per device) in the journal.", "server"),
-    S("llama_extra_args", [], _str_list(),
-      "Extra llama-server arguments, one list item per word. Speculative decoding / MTP stays off "
-      "unless added here: over RPC it measured slower.", "server"),
-    S("llama_health_timeout", 900, _int(10, 86400), "Seconds the deploy waits for llama-server's /health after a (re)start.", "server"),
-    S("rpc_tunnel_local_port", 50100, _int(1024, 65000),
-      "The coordinator's end of the first tunnelled worker's tunnel, on 127.0.0.1 (llama-server's --rpc); "
-      "the next workers get the next ports, in inventory order.", "server"),
-    S("rpc_tunnel_key_generation", 1, _int(1, 1000000),
-      "Raise it by one to rotate the tunnel's keys: a new CA, key and certificate for every host "
-      "(.state/tunnel/GENERATION on this machine), installed by the next deploy.", "server"),
-    S("rpc_wait_timeout", 120, _int(1, 86400), "Seconds llama-server's unit waits for every worker's RPC port before it starts.", "server"),
+    S(
+        "llama_log_verbosity",
+        4,
+        _int(0, 5),
+        "llama-server's log threshold; 4 keeps llama.cpp's load report (weights per device) in the journal.",
+        "server",
+    ),
+    S(
+        "llama_extra_args",
+        [],
+        _str_list(),
+        "Extra llama-server arguments, one list item per word. Speculative decoding / MTP stays off "
+        "unless added here: over RPC it measured slower.",
+        "server",
+    ),
+    S(
+        "llama_health_timeout",
+        900,
+        _int(10, 86400),
+        "Seconds the deploy waits for llama-server's /health after a (re)start.",
+        "server",
+    ),
+    S(
+        "rpc_tunnel_local_port",
+        50100,
+        _int(1024, 65000),
+        "The coordinator's end of the first tunnelled worker's tunnel, on 127.0.0.1 (llama-server's --rpc); "
+        "the next workers get the next ports, in inventory order.",
+        "server",
+    ),
+    S(
+        "rpc_tunnel_key_generation",
+        1,
+        _int(1, 1000000),
+        "Raise it by one to rotate the tunnel's keys: a new CA, key and certificate for every host "
+        "(.state/tunnel/GENERATION on this machine), installed by the next deploy.",
+        "server",
+    ),
+    S(
+        "rpc_wait_timeout",
+        120,
+        _int(1, 86400),
+        "Seconds llama-server's unit waits for every worker's RPC port before it starts.",
+        "server",
+    ),
     # --- rpc-server (workers) ---
-    S("rpc_host", None, _optional(ADDRESS),
-      "Address the worker's RPC port binds to: the tunnel's TLS end, or rpc-server itself when rpc_transport is "
-      "'plain'. None: the worker's address.", "rpc"),
-    S("rpc_port", 50052, PORT, "rpc-server's TCP port (on the worker's loopback when rpc_transport is 'tunnel').", "rpc"),
-    S("rpc_transport", "tunnel", _one_of("tunnel", "plain"),
-      "'tunnel': rpc-server listens on the worker's loopback only, and the coordinator reaches it through "
-      "stunnel, mutual TLS 1.3 with certificates of the deploy's own CA: only the coordinator can speak RPC. "
-      "'plain': rpc-server on rpc_host, guarded by the firewall rule alone (any device that takes the "
-      "coordinator's address gets in); the deploy warns each run.", "rpc"),
-    S("rpc_tunnel_port", 50053, _int(1024, 65535),
-      "The tunnel's TLS port on the worker (rpc_transport 'tunnel'), on rpc_host; stunnel runs as the service user, "
-      "so not a privileged port.", "rpc"),
-    S("rpc_firewall", True, BOOL,
-      "A host firewall rule (iptables, its own chain) that admits the worker's RPC port (rpc_tunnel_port, or "
-      "rpc_port when plain) only from rpc_allow_from; kept "
-      "across reboots by a systemd unit. False only if you firewall the port yourself.", "rpc"),
-    S("rpc_allow_from", None, _optional(_str_list()),
-      "IP addresses or networks that may reach the worker's RPC port. None: the coordinator's address only.", "rpc"),
-    S("rpc_allow_wide", False, BOOL,
-      "True admits rpc_allow_from networks wider than a private /16 (0.0.0.0/0, a public range): anyone there "
-      "can read and write the worker's GPU memory, rpc-server has no authentication. The deploy says so each run.",
-      "rpc"),
+    S(
+        "rpc_host",
+        None,
+        _optional(ADDRESS),
+        "Address the worker's RPC port binds to: the tunnel's TLS end, or rpc-server itself when rpc_transport is "
+        "'plain'. None: the worker's address.",
+        "rpc",
+    ),
+    S(
+        "rpc_port",
+        50052,
+        PORT,
+        "rpc-server's TCP port (on the worker's loopback when rpc_transport is 'tunnel').",
+        "rpc",
+    ),
+    S(
+        "rpc_transport",
+        "tunnel",
+        _one_of("tunnel", "plain"),
+        "'tunnel': rpc-server listens on the worker's loopback only, and the coordinator reaches it through "
+        "stunnel, mutual TLS 1.3 with certificates of the deploy's own CA: only the coordinator can speak RPC. "
+        "'plain': rpc-server on rpc_host, guarded by the firewall rule alone (any device that takes the "
+        "coordinator's address gets in); the deploy warns each run.",
+        "rpc",
+    ),
+    S(
+        "rpc_tunnel_port",
+        50053,
+        _int(1024, 65535),
+        "The tunnel's TLS port on the worker (rpc_transport 'tunnel'), on rpc_host; stunnel runs as the service user, "
+        "so not a privileged port.",
+        "rpc",
+    ),
+    S(
+        "rpc_firewall",
+        True,
+        BOOL,
+        "A host firewall rule (iptables, its own chain) that admits the worker's RPC port (rpc_tunnel_port, or "
+        "rpc_port when plain) only from rpc_allow_from; kept "
+        "across reboots by a systemd unit. False only if you firewall the port yourself.",
+        "rpc",
+    ),
+    S(
+        "rpc_allow_from",
+        None,
+        _optional(_str_list()),
+        "IP addresses or networks that may reach the worker's RPC port. None: the coordinator's address only.",
+        "rpc",
+    ),
+    S(
+        "rpc_allow_wide",
+        False,
+        BOOL,
+        "True admits rpc_allow_from networks wider than a private /16 (0.0.0.0/0, a public range): anyone there "
+        "can read and write the worker's GPU memory, rpc-server has no authentication. The deploy says so each run.",
+        "rpc",
+    ),
     S("rpc_cache", True, BOOL, "rpc-server's local tensor cache (-c): faster reloads of the same model.", "rpc"),
-    S("rpc_cache_max_gib", 64, Check("a number of GiB, more than 0 and at most 1000000",
-                                     lambda v: _number(v) and 0 < v <= 1e6),
-      "The most disk the tensor cache may take on a worker: least recently used files go first, checked every "
-      "30 s (rpc-cache-prune.timer). A model's share of a worker takes about its weights on that worker.", "rpc"),
-    S("rpc_cache_dir", "/var/cache/llama-rpc", HOST_DIR, "Where the tensor cache lives on each worker; kept across deploys.", "rpc"),
-    S("rpc_threads", None, _optional(_int(1, 1024)), "CPU threads of rpc-server (for its CPU device). None: llama.cpp's default.", "rpc"),
+    S(
+        "rpc_cache_max_gib",
+        64,
+        Check("a number of GiB, more than 0 and at most 1000000", lambda v: _number(v) and 0 < v <= 1e6),
+        "The most disk the tensor cache may take on a worker: least recently used files go first, checked every "
+        "30 s (rpc-cache-prune.timer). A model's share of a worker takes about its weights on that worker.",
+        "rpc",
+    ),
+    S(
+        "rpc_cache_dir",
+        "/var/cache/llama-rpc",
+        HOST_DIR,
+        "Where the tensor cache lives on each worker; kept across deploys.",
+        "rpc",
+    ),
+    S(
+        "rpc_threads",
+        None,
+        _optional(_int(1, 1024)),
+        "CPU threads of rpc-server (for its CPU device). None: llama.cpp's default.",
+        "rpc",
+    ),
     S("rpc_extra_args", [], _str_list(), "Extra rpc-server arguments, one list item per word.", "rpc"),
     # --- where things go on the hosts ---
     S("deploy_dir", "/opt/llama-rpc", HOST_DIR, "Launch scripts on every host.", "paths"),
     S("state_dir", "/var/lib/llama-rpc", HOST_DIR, "Build context and source tarball on the coordinator.", "paths"),
-    S("transfer_ssh_port", None, _optional(PORT),
-      "Port the coordinator uses to SSH into a worker to send the image. None: the inventory's ssh_port, or 22.", "rpc"),
+    S(
+        "transfer_ssh_port",
+        None,
+        _optional(PORT),
+        "Port the coordinator uses to SSH into a worker to send the image. None: the inventory's ssh_port, or 22.",
+        "rpc",
+    ),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 DEFAULTS = {s.name: s.default for s in SETTINGS}
@@ -352,19 +681,36 @@ class Scope:
         return self.data.get("_origins", {}).get(key, self.source)
 
 
-def scopes(name: str, role: str, *, overrides: dict, host_data: dict, groups: list[tuple[str, dict]],
-           all_data: dict, inventory_file: str, group_roles: dict[str, str] | None = None) -> list[Scope]:
+def scopes(
+    name: str,
+    role: str,
+    *,
+    overrides: dict,
+    host_data: dict,
+    groups: list[tuple[str, dict]],
+    all_data: dict,
+    inventory_file: str,
+    group_roles: dict[str, str] | None = None,
+) -> list[Scope]:
     """pyinfra's scopes of data for one host, highest first: --data, the host's own data in the inventory,
     its groups (the later a group in pyinfra's order, the higher), group_data/all. The one place where
     precedence is written: the deploy, the offline commands and the tests all build their scopes here."""
     mine = role if role in ROLES else EVERY_HOST
-    out = [Scope("--data on the command line", dict(overrides)),
-           Scope(f"{inventory_file} (host {name})", dict(host_data), mine)]
+    out = [
+        Scope("--data on the command line", dict(overrides)),
+        Scope(f"{inventory_file} (host {name})", dict(host_data), mine),
+    ]
     # group coordinator or workers applies to that role; another group of the inventory to the one role of all
     # its hosts (group_roles), or to every host when it holds hosts of both
-    out += [Scope(f"group_data/{group}.py", dict(data),
-                  group if group in ROLES else (group_roles or {}).get(group, EVERY_HOST))
-            for group, data in reversed(groups) if group != "all"]
+    out += [
+        Scope(
+            f"group_data/{group}.py",
+            dict(data),
+            group if group in ROLES else (group_roles or {}).get(group, EVERY_HOST),
+        )
+        for group, data in reversed(groups)
+        if group != "all"
+    ]
     return out + [Scope("group_data/all.py", dict(all_data))]
 
 
@@ -390,7 +736,8 @@ def resolve(scopes: list[Scope]) -> tuple[dict[str, Any], dict[str, str]]:
                     f"{scope.origin(key)}: {key} = {value!r} has no effect there: "
                     f"only {'the coordinator reads' if read_from == COORDINATOR else 'the workers read'} it, "
                     f"and this applies to the {scope.applies_to} only: expected it in group_data/all.yml, "
-                    f"group_data/{read_from}.yml or next to a host of the {read_from}")
+                    f"group_data/{read_from}.yml or next to a host of the {read_from}"
+                )
             values[key] = value
             origins[key] = scope.origin(key)
     for setting in SETTINGS:
@@ -399,7 +746,8 @@ def resolve(scopes: list[Scope]) -> tuple[dict[str, Any], dict[str, str]]:
             if setting.check.why:
                 raise SettingsError(f"{origins[setting.name]}: {setting.check.why(value)}")
             raise SettingsError(
-                f"{origins[setting.name]}: {setting.name} = {value!r}: expected {setting.check.expected}")
+                f"{origins[setting.name]}: {setting.name} = {value!r}: expected {setting.check.expected}"
+            )
     return values, origins
 
 

@@ -8,6 +8,7 @@ A local tree is packed into a reproducible tarball (sorted names, fixed owner
 and times), so the same tree always gives the same bytes, the same checksum
 and therefore the same image tag, and an unchanged tree uploads nothing.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -24,8 +25,21 @@ from .trees import files_below, find_tree
 
 # Parts of a llama.cpp tree that a build of llama-server and rpc-server never reads.
 EXCLUDED_TOP_LEVEL = {
-    ".git", ".github", ".devops", "models", "docs", "media", "tests", "examples",
-    "pocs", "benches", "gguf-py", "conversion", "requirements", "ci", "skills",
+    ".git",
+    ".github",
+    ".devops",
+    "models",
+    "docs",
+    "media",
+    "tests",
+    "examples",
+    "pocs",
+    "benches",
+    "gguf-py",
+    "conversion",
+    "requirements",
+    "ci",
+    "skills",
 }
 TARBALL_SUFFIXES = (".tar.gz", ".tgz")
 
@@ -98,8 +112,15 @@ def record(lock: Path, url: str, sha256: str) -> None:
     lock.write_text(json.dumps({**recorded(lock), url: sha256}, indent=1, sort_keys=True) + "\n")
 
 
-def resolve_source(setting: str | None, ref: str, cache_dir: Path, url_template: str = "", pinned: str | None = None,
-                   lock: Path | None = None, chat_page: str | None = None) -> Source:
+def resolve_source(
+    setting: str | None,
+    ref: str,
+    cache_dir: Path,
+    url_template: str = "",
+    pinned: str | None = None,
+    lock: Path | None = None,
+    chat_page: str | None = None,
+) -> Source:
     """Turn the llama_cpp_source / llama_cpp_ref / llama_cpp_url / llama_cpp_sha256 settings into a Source.
     With chat_page (the version it shows, "b11312"), a local tree is packed with llama-server's chat page,
     built here once with npm (webui.py): the coordinator's build then embeds it without network."""
@@ -107,12 +128,18 @@ def resolve_source(setting: str | None, ref: str, cache_dir: Path, url_template:
         url = url_template.format(ref=ref)
         known = recorded(lock).get(url) if lock else None
         if pinned and known and pinned != known:
-            raise SettingsError(f"llama_cpp_sha256 = {pinned!r}, but {url} was recorded with sha256 {known} in "
-                                    f"{lock}: expected one of them (remove the line from {lock} if the pin is right)")
+            raise SettingsError(
+                f"llama_cpp_sha256 = {pinned!r}, but {url} was recorded with sha256 {known} in "
+                f"{lock}: expected one of them (remove the line from {lock} if the pin is right)"
+            )
         return Source(ident=ref, local_tarball=None, url=url, sha256=pinned or known, lock=lock)
     path = Path(setting).expanduser()
     if path.is_dir():
-        extra = webui.tar_members(path, webui.ensure_dist(find_tree(path), cache_dir / "ui", chat_page)) if chat_page else []
+        extra = (
+            webui.tar_members(path, webui.ensure_dist(find_tree(path), cache_dir / "ui", chat_page))
+            if chat_page
+            else []
+        )
         tarball = pack_tree(path, cache_dir, extra=extra)
     elif path.is_file() and path.name.endswith(TARBALL_SUFFIXES):
         tarball = path
@@ -125,22 +152,28 @@ def fetch_command(url: str, dest: str, sha256: str | None) -> str:
     """A bash command for the coordinator: download url into dest, but only a tarball whose sha256 is the
     expected one (any, when none is known yet) and that gzip can read; anything else is deleted and
     refused with the reason, and dest (the last good tarball) stays as it was."""
-    check = [
-        f"want={shell(sha256 or '')}",
-        'have=$(sha256sum "$tmp" | cut -d" " -f1)',
-        'if [ "$have" != "$want" ]; then',
-        '  refuse "the llama.cpp source from $url has sha256 $have, expected $want (llama_cpp_sha256, or the one '
-        'recorded on its first download): refused, nothing was built or changed. A substituted or corrupted '
-        'download? If the new tarball is right, pin its sha256 in llama_cpp_sha256."',
-        "fi",
-    ] if sha256 else []
-    return "\n".join([
-        "set -o pipefail",
-        f"url={shell(url)} tmp={shell(dest + '.partial')}",
-        'refuse() { rm -f "$tmp"; printf \'%s\\n\' "$1" >&2; exit 1; }',
-        'curl -fsSL --retry 3 --connect-timeout 20 -o "$tmp" "$url" || '
-        'refuse "cannot download the llama.cpp source from $url: check llama_cpp_url"',
-        *check,
-        'gzip -t "$tmp" 2>/dev/null || refuse "the llama.cpp source from $url is not a gzip tarball: refused"',
-        f'mv "$tmp" {shell(dest)}',
-    ])
+    check = (
+        [
+            f"want={shell(sha256 or '')}",
+            'have=$(sha256sum "$tmp" | cut -d" " -f1)',
+            'if [ "$have" != "$want" ]; then',
+            '  refuse "the llama.cpp source from $url has sha256 $have, expected $want (llama_cpp_sha256, or the one '
+            "recorded on its first download): refused, nothing was built or changed. A substituted or corrupted "
+            'download? If the new tarball is right, pin its sha256 in llama_cpp_sha256."',
+            "fi",
+        ]
+        if sha256
+        else []
+    )
+    return "\n".join(
+        [
+            "set -o pipefail",
+            f"url={shell(url)} tmp={shell(dest + '.partial')}",
+            'refuse() { rm -f "$tmp"; printf \'%s\\n\' "$1" >&2; exit 1; }',
+            'curl -fsSL --retry 3 --connect-timeout 20 -o "$tmp" "$url" || '
+            'refuse "cannot download the llama.cpp source from $url: check llama_cpp_url"',
+            *check,
+            'gzip -t "$tmp" 2>/dev/null || refuse "the llama.cpp source from $url is not a gzip tarball: refused"',
+            f'mv "$tmp" {shell(dest)}',
+        ]
+    )

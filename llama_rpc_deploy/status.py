@@ -7,6 +7,7 @@ coordinator, llama.cpp's load report (weights and KV cache per device, where the
 whether the API answers, and the front's figures (requests held, replayed and failed, the queue).
 Exits 1 when a service is down or the API does not answer.
 """
+
 from __future__ import annotations
 
 import csv
@@ -59,8 +60,10 @@ class HostStatus:
 
 def cache_bytes_command(worker: ClusterHost) -> str:
     """A command that prints the bytes in a worker's tensor cache (%.0f: mawk prints big sums as 2.1e+09)."""
-    return (f"find {shell(render.cache_dir(worker))} -maxdepth 1 -type f -printf '%s\\n' 2>/dev/null | "
-            "awk '{ s += $1 } END { printf \"%.0f\\n\", s }'")
+    return (
+        f"find {shell(render.cache_dir(worker))} -maxdepth 1 -type f -printf '%s\\n' 2>/dev/null | "
+        "awk '{ s += $1 } END { printf \"%.0f\\n\", s }'"
+    )
 
 
 def host_script(cluster: Cluster, host: ClusterHost) -> str:
@@ -83,14 +86,18 @@ def host_script(cluster: Cluster, host: ClusterHost) -> str:
         lines.append(f"echo '== cache'; {cache_bytes_command(host)}")
         # rpc-server lists its devices when it starts ("  Vulkan0: llvmpipe (...) (MiB, MiB free)"): the running
         # service's start (its invocation's log, whose start is the list; then a line per client connection)
-        lines.append(f"echo '== rpc devices'; journalctl -u {shell(unit)} _SYSTEMD_INVOCATION_ID=\"$(systemctl show -p "
-                     f"InvocationID --value {shell(unit)})\" -o cat --no-pager 2>/dev/null | head -n 200 | "
-                     "awk '/^Starting RPC server/ { n = 0; delete d } /^Devices:/ { on = 1; next } "
-                     "on && /^  [A-Za-z]+[0-9]*: / { d[n++] = substr($0, 3); next } { on = 0 } "
-                     "END { for (i = 0; i < n; i++) print d[i] }'")
+        lines.append(
+            f"echo '== rpc devices'; journalctl -u {shell(unit)} _SYSTEMD_INVOCATION_ID=\"$(systemctl show -p "
+            f'InvocationID --value {shell(unit)})" -o cat --no-pager 2>/dev/null | head -n 200 | '
+            "awk '/^Starting RPC server/ { n = 0; delete d } /^Devices:/ { on = 1; next } "
+            "on && /^  [A-Za-z]+[0-9]*: / { d[n++] = substr($0, 3); next } { on = 0 } "
+            "END { for (i = 0; i < n; i++) print d[i] }'"
+        )
     else:
-        lines.append(f"echo '== log'; journalctl -u {shell(unit)} -o cat --no-pager -n 20000 2>/dev/null | "
-                     "grep -E 'buffer size|CLIP using|loaded meta data|load_model: loading' || true")
+        lines.append(
+            f"echo '== log'; journalctl -u {shell(unit)} -o cat --no-pager -n 20000 2>/dev/null | "
+            "grep -E 'buffer size|CLIP using|loaded meta data|load_model: loading' || true"
+        )
         socket = shell(f"unix-connect:{roles.FRONT_SOCKET}")
         lines.append(f"echo '== front held'; echo 'show front' | socat -t 5 stdio {socket} 2>/dev/null || true")
         lines.append(f"echo '== front stat'; echo 'show stat' | socat -t 5 stdio {socket} 2>/dev/null || true")
@@ -129,8 +136,10 @@ def parse(name: str, role: str, output: str, cache_limit: int | None = None) -> 
         status.front = front_figures(sections.get("front held", []), sections["front stat"])
     if "log" in sections:
         report = load_report.parse("\n".join(sections["log"]))
-        status.devices = {d: {"model": report.model.get(d, 0.0), "kv": report.kv.get(d, 0.0)}
-                          for d in sorted({*report.model, *report.kv})}
+        status.devices = {
+            d: {"model": report.model.get(d, 0.0), "kv": report.kv.get(d, 0.0)}
+            for d in sorted({*report.model, *report.kv})
+        }
         status.projector_on = report.clip_device
     return status
 
@@ -170,12 +179,11 @@ def collect(cluster: Cluster, inventory: Path) -> list[HostStatus]:
         for host in cluster.hosts:
             role = cluster.role(host.name)
             try:
-                result = run(host.name, "bash -s", input=host_script(cluster, host),
-                             timeout=60)
+                result = run(host.name, "bash -s", input=host_script(cluster, host), timeout=60)
                 output = result.stdout if result.returncode == 0 else ""
             except subprocess.TimeoutExpired:
                 output = ""
-            limit = int(host.settings["rpc_cache_max_gib"] * 2 ** 30) if role == WORKERS else None
+            limit = int(host.settings["rpc_cache_max_gib"] * 2**30) if role == WORKERS else None
             status = parse(host.name, role, output, limit)
             if not output:
                 status.services = [Service(roles.SERVER_UNIT[role], "unreachable (ssh)")]
@@ -192,19 +200,23 @@ def collect(cluster: Cluster, inventory: Path) -> list[HostStatus]:
 def table(hosts: list[HostStatus]) -> str:
     rows = []
     for h in hosts:
-        rows.append(f"{h.name} ({h.role})  backend {h.backend or '-'}  image {h.image or '-'}  "
-                    f"RPC protocol {h.rpc_protocol or '-'}" + (f"  API {h.api}" if h.role == COORDINATOR else ""))
+        rows.append(
+            f"{h.name} ({h.role})  backend {h.backend or '-'}  image {h.image or '-'}  "
+            f"RPC protocol {h.rpc_protocol or '-'}" + (f"  API {h.api}" if h.role == COORDINATOR else "")
+        )
         for device in h.rpc_devices:
             rows.append(f"  serves {device}")
         for s in h.services:
             restarts = ""
             if s.crashes or s.watchdog_restarts:
-                restarts = (f"  restarts: {s.crashes} after a crash{f' (last {s.last_crash})' if s.last_crash else ''}, "
-                            f"{s.watchdog_restarts} by its watchdog"
-                            f"{f' (last: {s.last_watchdog_reason})' if s.last_watchdog_reason else ''}")
+                restarts = (
+                    f"  restarts: {s.crashes} after a crash{f' (last {s.last_crash})' if s.last_crash else ''}, "
+                    f"{s.watchdog_restarts} by its watchdog"
+                    f"{f' (last: {s.last_watchdog_reason})' if s.last_watchdog_reason else ''}"
+                )
             rows.append(f"  {s.unit:<32} {s.state}{restarts}")
         if h.cache_bytes is not None:
-            rows.append(f"  tensor cache {h.cache_bytes / 2 ** 20:.1f} MiB of {h.cache_limit_bytes / 2 ** 30:g} GiB")
+            rows.append(f"  tensor cache {h.cache_bytes / 2**20:.1f} MiB of {h.cache_limit_bytes / 2**30:g} GiB")
         for gpu in h.gpu_memory:
             rows.append(f"  GPU {gpu} (name, used MiB, total MiB)")
         for device, mib in h.devices.items():
@@ -213,9 +225,11 @@ def table(hosts: list[HostStatus]) -> str:
             rows.append(f"  vision projector on {h.projector_on}")
         if h.front:
             f = h.front
-            rows.append(f"  front: {f['requests']} requests, {f['held']} held ({f['holding']} waiting now, "
-                        f"{f['held_too_long']} past the hold), {f['replays']} replays, {f['failed']} failed (5xx), "
-                        f"{f['cut']} cut; llama-server {f['llama_server']}, {f['in_flight']} in flight")
+            rows.append(
+                f"  front: {f['requests']} requests, {f['held']} held ({f['holding']} waiting now, "
+                f"{f['held_too_long']} past the hold), {f['replays']} replays, {f['failed']} failed (5xx), "
+                f"{f['cut']} cut; llama-server {f['llama_server']}, {f['in_flight']} in flight"
+            )
     rows.append("all well" if all(h.ok for h in hosts) else "NOT WELL: " + ", ".join(h.name for h in hosts if not h.ok))
     return "\n".join(rows)
 

@@ -2,6 +2,7 @@
 
 Read by source.py (packing a local tree) and webui.py (building its chat page).
 """
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,9 @@ def find_tree(root: Path) -> Path:
     for candidate in (root, root / "vendor" / "llama.cpp"):
         if (candidate / "ggml" / "CMakeLists.txt").is_file() and (candidate / "tools").is_dir():
             return candidate
-    raise FileNotFoundError(f"{root} is not a llama.cpp tree (no ggml/CMakeLists.txt and tools/ in it or in vendor/llama.cpp)")
+    raise FileNotFoundError(
+        f"{root} is not a llama.cpp tree (no ggml/CMakeLists.txt and tools/ in it or in vendor/llama.cpp)"
+    )
 
 
 def files_below(root: Path, skip_top: set[str]) -> list[Path]:

@@ -15,6 +15,7 @@ before any host is touched (check_modes). Raising rpc_tunnel_key_generation make
 for every host; the next deploy installs them and reloads the tunnels (the connections open stay up).
 On a host, the files are TUNNEL_DIR/ca.crt, host.crt and host.key, owned by the service user, mode 400.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -57,8 +58,10 @@ def check_modes(where: Path, origin: str) -> None:
         mode = path.stat().st_mode & 0o777
         if mode & 0o077:
             wanted = "700" if path.is_dir() else "600"
-            raise SettingsError(f"{origin}: {path} has mode {mode:o}: expected {wanted}, readable by you alone "
-                                f"(chmod {wanted} {path}; or raise rpc_tunnel_key_generation for new keys)")
+            raise SettingsError(
+                f"{origin}: {path} has mode {mode:o}: expected {wanted}, readable by you alone "
+                f"(chmod {wanted} {path}; or raise rpc_tunnel_key_generation for new keys)"
+            )
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -87,22 +90,38 @@ def ensure(state: Path, generation: int, host_names: list[str], origin: str) -> 
         return key
 
     def certificate(subject: str, key, issuer: str, signer, ca: bool):
-        builder = (x509.CertificateBuilder()
-                   .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-                   .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(hours=1))
-                   .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
-                   .add_extension(x509.BasicConstraints(ca=ca, path_length=0 if ca else None), critical=True))
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=0 if ca else None), critical=True)
+        )
         if ca:
-            builder = builder.add_extension(x509.KeyUsage(
-                digital_signature=False, content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False),
-                critical=True)
+            builder = builder.add_extension(
+                x509.KeyUsage(
+                    digital_signature=False,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
         else:
-            builder = (builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(subject)]), critical=False)
-                       .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                                             ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.DNSName(subject)]), critical=False
+            ).add_extension(
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                critical=False,
+            )
         return builder.sign(signer, hashes.SHA256())
 
     ca_name = f"llama-rpc-deploy tunnel CA, generation {generation}"
@@ -125,5 +144,8 @@ def ensure(state: Path, generation: int, host_names: list[str], origin: str) -> 
 def host_sources(where: Path, host_name: str) -> dict[str, Path]:
     """The files one host gets: path on the host -> the file here."""
     name = tunnel_name(host_name)
-    return {f"{TUNNEL_DIR}/ca.crt": where / "ca.crt", f"{TUNNEL_DIR}/host.crt": where / f"{name}.crt",
-            f"{TUNNEL_DIR}/host.key": where / f"{name}.key"}
+    return {
+        f"{TUNNEL_DIR}/ca.crt": where / "ca.crt",
+        f"{TUNNEL_DIR}/host.crt": where / f"{name}.crt",
+        f"{TUNNEL_DIR}/host.key": where / f"{name}.key",
+    }

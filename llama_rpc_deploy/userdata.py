@@ -12,6 +12,7 @@ A YAML mistake (a tab for indentation, a duplicate key, an unclosed bracket or q
 level that is not a mapping, a key that is not a string) raises SettingsError with one line:
 "group_data/all.yml:LINE:COL: what is wrong: expected what".
 """
+
 from __future__ import annotations
 
 import copy
@@ -63,8 +64,11 @@ class _Loader(yaml.SafeLoader):
                 except TypeError:
                     continue  # an unhashable key: SafeLoader's own error says so
                 if first is not None:
-                    raise _Problem(key_node.start_mark, f"duplicate key {key!r} (first at {_at(first)})",
-                                   "each key once in a mapping")
+                    raise _Problem(
+                        key_node.start_mark,
+                        f"duplicate key {key!r} (first at {_at(first)})",
+                        "each key once in a mapping",
+                    )
                 seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
 
@@ -84,7 +88,7 @@ def _explain(error: yaml.MarkedYAMLError, text: str) -> tuple[yaml.Mark, str, st
     assert mark is not None
     if "'\\t'" in problem:
         line = text.splitlines()[mark.line] if mark.line < len(text.splitlines()) else ""
-        if line[:mark.column].strip(" \t") == "":
+        if line[: mark.column].strip(" \t") == "":
             return mark, "a tab used for indentation (YAML forbids tabs there)", "spaces"
         return mark, "a tab character where YAML reads no tabs", "a space"
     if context.startswith("while scanning a quoted scalar") and error.context_mark is not None:
@@ -97,12 +101,14 @@ def _explain(error: yaml.MarkedYAMLError, text: str) -> tuple[yaml.Mark, str, st
         opener = error.context_mark
         bracket = "[" if "sequence" in context else "{"
         closer = "]" if bracket == "[" else "}"
-        found = "the end of the file" if flow.group(2) == "'<stream end>'" else \
-            f"{flow.group(2)} at {_at(mark)}"
+        found = "the end of the file" if flow.group(2) == "'<stream end>'" else f"{flow.group(2)} at {_at(mark)}"
         return opener, f"{bracket!r} not closed before {found}", f"',' or {closer!r}"
     if problem == "mapping values are not allowed here":
-        return (mark, "':' where no mapping can start (a value holding ': ' needs quotes, "
-                "or the line is indented too far)", "one 'key: value' per line, keys lined up")
+        return (
+            mark,
+            "':' where no mapping can start (a value holding ': ' needs quotes, or the line is indented too far)",
+            "one 'key: value' per line, keys lined up",
+        )
     if context.startswith("expected a single document"):
         return mark, "a second document ('---')", "one document per file"
     if flow:
@@ -137,6 +143,7 @@ def load_yaml(path: str | Path, display_name: str | None = None) -> tuple[dict[s
 def _parse(text: str, name: str) -> tuple[dict[str, Any], dict[str, str]]:
     """load_yaml's work on one file's text (the same group_data is read again by every inventory load:
     PyYAML's pure-Python scanner, once per text; callers get copies)."""
+
     def fail(mark: yaml.Mark | None, wrong: str, expected: str) -> SettingsError:
         where = f"{name}:{_at(mark)}" if mark is not None else name
         return YamlError(f"{where}: {' '.join(wrong.split())}: expected {' '.join(expected.split())}")
@@ -144,26 +151,35 @@ def _parse(text: str, name: str) -> tuple[dict[str, Any], dict[str, str]]:
     try:
         loader = _Loader(text)
     except yaml.reader.ReaderError as error:  # a control character, before any parsing
-        before = text[:error.position]
+        before = text[: error.position]
         mark = yaml.Mark(name, error.position, before.count("\n"), len(before) - before.rfind("\n") - 1, None, None)
         code = error.character if isinstance(error.character, int) else ord(error.character)
-        raise fail(mark, f"the character U+{code:04X}, which YAML does not allow",
-                   "printable text (quote it as an escape, e.g. \"\\t\")") from None
+        raise fail(
+            mark,
+            f"the character U+{code:04X}, which YAML does not allow",
+            'printable text (quote it as an escape, e.g. "\\t")',
+        ) from None
     try:
         root = loader.get_single_node()
         if root is None or (isinstance(root, ScalarNode) and root.tag == _NULL_TAG):
             return {}, {}
         if not isinstance(root, MappingNode):
-            raise fail(root.start_mark, f"the top level is {_kind(root)}",
-                       "a mapping of setting names to values ('name: value' lines)")
+            raise fail(
+                root.start_mark,
+                f"the top level is {_kind(root)}",
+                "a mapping of setting names to values ('name: value' lines)",
+            )
         origins: dict[str, str] = {}
         for key_node, value_node in root.value:
             if key_node.tag == _MERGE_TAG:
                 continue
             if not (isinstance(key_node, ScalarNode) and key_node.tag == "tag:yaml.org,2002:str"):
                 shown = key_node.value if isinstance(key_node, ScalarNode) else _kind(key_node)
-                raise fail(key_node.start_mark, f"the key {shown!s} is not a string",
-                           "a setting name (letters, digits and '_')")
+                raise fail(
+                    key_node.start_mark,
+                    f"the key {shown!s} is not a string",
+                    "a setting name (letters, digits and '_')",
+                )
             origins.setdefault(key_node.value, f"{name}:{_at(value_node.start_mark)}")
         values = loader.construct_document(root)
     except _Problem as problem:

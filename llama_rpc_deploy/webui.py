@@ -14,6 +14,7 @@ The build runs in a copy of tools/ui under the cache, never in the tree:
 npm ci writes node_modules/ and the build writes icons into static/, which
 would otherwise end up in the packed source.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,8 +32,16 @@ DIST_IN_TREE = UI_DIR / "dist"  # where ui-assets.cmake looks for pre-built asse
 NPM_MISSING = "install nodejs and npm (apt-get install nodejs npm)"
 KEY_FORMAT = "1"  # bump when the build below changes, so dists cached by an older version are built again
 # Not sources: what npm and the build write, and editor or test leftovers.
-NOT_SOURCES = {"node_modules", "dist", "build", ".svelte-kit", "dev-dist", "test-results",
-               "storybook-static", ".vitest-attachments"}
+NOT_SOURCES = {
+    "node_modules",
+    "dist",
+    "build",
+    ".svelte-kit",
+    "dev-dist",
+    "test-results",
+    "storybook-static",
+    ".vitest-attachments",
+}
 # Files the build writes into static/ (tools/ui/.gitignore's "PWA Artifacts").
 GENERATED_STATIC = ("apple-splash-", "apple-touch-icon-", "maskable-icon-", "pwa-", "favicon")
 LOCK_MARKER = "node_modules/.llama-rpc-lock.sha256"
@@ -51,16 +60,20 @@ def ui_dir(tree: Path) -> Path:
     """tools/ui of a llama.cpp tree (or of an sdist holding one in vendor/llama.cpp)."""
     ui = find_tree(tree) / UI_DIR
     if not (ui / "package.json").is_file() or not (ui / "package-lock.json").is_file():
-        raise WebUIError(f"{ui} has no package.json and package-lock.json: this llama.cpp tree has no web UI "
-                         "to build there")
+        raise WebUIError(
+            f"{ui} has no package.json and package-lock.json: this llama.cpp tree has no web UI to build there"
+        )
     return ui
 
 
 def source_files(ui: Path) -> list[Path]:
     """The files of tools/ui that the build reads, sorted: everything but build outputs and node_modules."""
     static = ui / "static"
-    return [path for path in files_below(ui, NOT_SOURCES)
-            if not (path.parent == static and path.name.startswith(GENERATED_STATIC))]
+    return [
+        path
+        for path in files_below(ui, NOT_SOURCES)
+        if not (path.parent == static and path.name.startswith(GENERATED_STATIC))
+    ]
 
 
 def _sha256(path: Path) -> str:
@@ -87,8 +100,11 @@ def missing_assets(dist: Path) -> list[str]:
     """Which of the files that ui-assets.cmake requires a dist folder lacks (empty: it is complete)."""
     names = {p.name for p in dist.rglob("*") if p.is_file()} if dist.is_dir() else set()
     missing = [name for name in REQUIRED if name not in names]
-    missing += [f"{start}*{end}" for start, end in REQUIRED_PREFIXES
-                if not any(n.startswith(start) and n.endswith(end) for n in names)]
+    missing += [
+        f"{start}*{end}"
+        for start, end in REQUIRED_PREFIXES
+        if not any(n.startswith(start) and n.endswith(end) for n in names)
+    ]
     return missing
 
 
@@ -96,8 +112,15 @@ def _run(command: list[str], cwd: Path, env: dict[str, str], what: str) -> None:
     started = time.monotonic()
     log(f"{what}: {' '.join(command)} (in {cwd})")
     try:
-        result = subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, timeout=NPM_TIMEOUT_S)
+        result = subprocess.run(
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=NPM_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired as error:
         raise WebUIError(f"{what} took more than {NPM_TIMEOUT_S} s: {' '.join(command)} in {cwd}") from error
     if result.returncode != 0:
@@ -144,8 +167,7 @@ def ensure_dist(tree: Path, cache: Path, build_number: str | None = None) -> Pat
     cache.mkdir(parents=True, exist_ok=True)
     work = cache / "ui-build"
     _stage(ui, work)
-    env = {**os.environ, "npm_config_audit": "false", "npm_config_fund": "false",
-           "npm_config_update_notifier": "false"}
+    env = {**os.environ, "npm_config_audit": "false", "npm_config_fund": "false", "npm_config_update_notifier": "false"}
     lock_hash = _sha256(work / "package-lock.json")
     marker = work / LOCK_MARKER
     if marker.is_file() and marker.read_text().strip() == lock_hash:
@@ -176,5 +198,7 @@ def tar_members(tree: Path, dist: Path) -> list[tuple[Path, str]]:
     tree = find_tree(tree)
     if dist.resolve() == (tree / DIST_IN_TREE).resolve():
         return []
-    return [(path, (DIST_IN_TREE / path.relative_to(dist)).as_posix())
-            for path in sorted(p for p in dist.rglob("*") if p.is_file())]
+    return [
+        (path, (DIST_IN_TREE / path.relative_to(dist)).as_posix())
+        for path in sorted(p for p in dist.rglob("*") if p.is_file())
+    ]

@@ -11,6 +11,7 @@ each operation is written with its name and the commands it would run, file uplo
 The RPC tunnel's keys are made once in this checkout's .state/ and reused; copy that folder between the two
 checkouts so that both render the same keys.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,21 +49,27 @@ def lab_inventory(tmp: Path) -> tuple[str, dict]:
 
 def example_inventory(tmp: Path) -> tuple[str, dict]:
     text = (ROOT / "inventory.py").read_text().replace("192.0.2.", "10.0.2.")
-    text += f'\nfor _, _data in coordinator: _data.update(llama_model_path="/models/example.gguf", ' \
-            f'llama_cpp_source="{tmp / "llama.cpp.tar.gz"}")\n'
+    text += (
+        f'\nfor _, _data in coordinator: _data.update(llama_model_path="/models/example.gguf", '
+        f'llama_cpp_source="{tmp / "llama.cpp.tar.gz"}")\n'
+    )
     return text, wiring.EVERY_FILE
 
 
 def three_workers(tmp: Path) -> tuple[str, dict]:
-    text = (f'LAB = {{"image_backend": "cpu", "llama_model_path": "/models/wiring.gguf", '
-            f'"llama_cpp_source": "{tmp / "llama.cpp.tar.gz"}"}}\n'
-            'coordinator = [("10.0.0.10", LAB)]\n'
-            'workers = [("10.0.0.11", {"rpc_threads": 2}), ("10.0.0.12", {"rpc_cache": False}),\n'
-            '           ("10.0.0.13", {"image_backend": "vulkan"})]\n')
-    changed = {"10.0.0.11": {"/opt/llama-rpc/rpc-server.sh"},
-               "10.0.0.12": {"/etc/systemd/system/rpc-server.service"},
-               "10.0.0.13": {"/etc/systemd/system/rpc-server-watchdog.service"},
-               "10.0.0.10": {"/opt/llama-rpc/llama-server.sh"}}
+    text = (
+        f'LAB = {{"image_backend": "cpu", "llama_model_path": "/models/wiring.gguf", '
+        f'"llama_cpp_source": "{tmp / "llama.cpp.tar.gz"}"}}\n'
+        'coordinator = [("10.0.0.10", LAB)]\n'
+        'workers = [("10.0.0.11", {"rpc_threads": 2}), ("10.0.0.12", {"rpc_cache": False}),\n'
+        '           ("10.0.0.13", {"image_backend": "vulkan"})]\n'
+    )
+    changed = {
+        "10.0.0.11": {"/opt/llama-rpc/rpc-server.sh"},
+        "10.0.0.12": {"/etc/systemd/system/rpc-server.service"},
+        "10.0.0.13": {"/etc/systemd/system/rpc-server-watchdog.service"},
+        "10.0.0.10": {"/opt/llama-rpc/llama-server.sh"},
+    }
     return text, changed
 
 
@@ -94,8 +101,17 @@ def snapshot_of(name: str) -> dict:
         text, changed = INVENTORIES[name](tmp)
         inventory = tmp / "inventory.py"
         inventory.write_text(text)
-        header = write_shaped(tmp / "model.gguf", arch="llama", n_layer=8, n_embd=512, n_head=8, n_head_kv=4,
-                              head_dim=64, n_ff=1024, n_vocab=1000).read_bytes()
+        header = write_shaped(
+            tmp / "model.gguf",
+            arch="llama",
+            n_layer=8,
+            n_embd=512,
+            n_head=8,
+            n_head_kv=4,
+            head_dim=64,
+            n_ff=1024,
+            n_vocab=1000,
+        ).read_bytes()
         fixed = time.struct_time((2026, 1, 1, 0, 0, 0, 3, 1, 0))
         get_fact = wiring.fake_facts(changed, header, 4_000_000, ("runc", "nvidia"))
         with mock.patch.object(time, "gmtime", lambda *a: fixed), mock.patch.object(Host, "get_fact", get_fact):
@@ -125,8 +141,10 @@ def main() -> None:
     text = json.dumps(result, indent=1, sort_keys=True)
     if out:
         out.write_text(text + "\n")
-        counts = {name: {h: len(ops) for h, ops in hosts.items()} if "refused" not in hosts else hosts
-                  for name, hosts in result.items()}
+        counts = {
+            name: {h: len(ops) for h, ops in hosts.items()} if "refused" not in hosts else hosts
+            for name, hosts in result.items()
+        }
         print(f"snapshot: {out}: operations per host {counts}")
     else:
         print(text)

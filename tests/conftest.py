@@ -63,6 +63,7 @@ def sentence_models(tmp_path_factory) -> dict[str, Path]:
 def place_sentence_model(sentence_models):
     """place_sentence_model(NAME, PATH): sentence model NAME ("one" or "two") at PATH, as write_sentence_model
     would leave it there; a hard link to the session's file (no 51 MB write), a copy where no link can be made."""
+
     def place(name: str, path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -70,6 +71,7 @@ def place_sentence_model(sentence_models):
         except OSError:
             shutil.copyfile(sentence_models[name], path)
         return path
+
     return place
 
 

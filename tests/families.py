@@ -9,6 +9,7 @@ so its own estimator (`llama-fit-params --fit-print on`) can serve as an oracle 
 
     python3 tests/families.py NAME OUT.gguf      (NAME: one of FAMILIES)
 """
+
 from __future__ import annotations
 
 import struct
@@ -58,6 +59,7 @@ def q4km(i: int, n: int) -> GGMLQuantizationType:
 
 # --- the vocabulary -------------------------------------------------------------------------------
 
+
 def _byte_chars() -> list[str]:
     """GPT-2's byte-level alphabet: the 256 one-character tokens every BPE vocabulary starts from."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
@@ -76,6 +78,7 @@ class Vocab:
     """A BPE ("gpt2") vocabulary of n tokens: the 256 byte tokens, then "t256", "t257", ... (all
     distinct, as llama-vocab.cpp asserts), token types, one merge (the key must exist), and the
     model's special ids. llama.cpp only needs the count to agree with token_embd / output."""
+
     n: int
     pre: str = "default"  # tokenizer.ggml.pre: one llama-vocab.cpp knows
     bos: int | None = None
@@ -100,13 +103,20 @@ class Vocab:
 
 # --- the file -------------------------------------------------------------------------------------
 
+
 class _Writer(GGUFWriter):
     """GGUFWriter, with the metadata arrays packed in one go instead of item by item: the same bytes, but a
     262144-token vocabulary takes milliseconds instead of a second (the item-by-item path is what remains)."""
 
-    def _pack_val(self, val: Any, vtype: GGUFValueType, add_vtype: bool, sub_type: GGUFValueType | None = None) -> bytes:
-        if (vtype != GGUFValueType.ARRAY or self.endianess != GGUFEndian.LITTLE or not isinstance(val, (list, tuple))
-                or not val):
+    def _pack_val(
+        self, val: Any, vtype: GGUFValueType, add_vtype: bool, sub_type: GGUFValueType | None = None
+    ) -> bytes:
+        if (
+            vtype != GGUFValueType.ARRAY
+            or self.endianess != GGUFEndian.LITTLE
+            or not isinstance(val, (list, tuple))
+            or not val
+        ):
             return super()._pack_val(val, vtype, add_vtype, sub_type)
         ltype = sub_type if sub_type is not None else GGUFValueType.get_type(val[0])
         fmt, types = self._simple_value_packing.get(ltype), set(map(type, val))
@@ -193,8 +203,18 @@ class Model:
         return path
 
 
-def _common(m: Model, *, n_layer: int, n_embd: int, n_ctx: int, n_head: int, n_head_kv: int | list[int],
-            n_ff: int | None, rope_base: float, rms_eps: float) -> None:
+def _common(
+    m: Model,
+    *,
+    n_layer: int,
+    n_embd: int,
+    n_ctx: int,
+    n_head: int,
+    n_head_kv: int | list[int],
+    n_ff: int | None,
+    rope_base: float,
+    rms_eps: float,
+) -> None:
     m.u32(".context_length", n_ctx)
     m.u32(".embedding_length", n_embd)
     m.u32(".block_count", n_layer)
@@ -209,8 +229,14 @@ def _common(m: Model, *, n_layer: int, n_embd: int, n_ctx: int, n_head: int, n_h
     m.f32(".attention.layer_norm_rms_epsilon", rms_eps)
 
 
-def _embeddings(m: Model, n_vocab: int, n_embd: int, embd: GGMLQuantizationType,
-                output: GGMLQuantizationType | None, norm: str = "output_norm.weight") -> None:
+def _embeddings(
+    m: Model,
+    n_vocab: int,
+    n_embd: int,
+    embd: GGMLQuantizationType,
+    output: GGMLQuantizationType | None,
+    norm: str = "output_norm.weight",
+) -> None:
     m.t("token_embd.weight", (n_embd, n_vocab), embd)
     m.t(norm, (n_embd,))
     if output is not None:  # None: tied, llama.cpp reuses token_embd
@@ -241,6 +267,7 @@ def _ffn(m: Model, i: int, L: int, E: int, FF: int, norm: bool = True) -> None:
 
 
 # --- the families ---------------------------------------------------------------------------------
+
 
 def llama3(path: Path) -> Path:
     """Llama-3.1-8B(-Instruct), Q4_K_M (real file: 4.92 GB)."""
@@ -286,8 +313,17 @@ def gemma4(path: Path) -> Path:
     D_SWA, HKV_SWA, D_FULL, HKV_FULL = 256, 16, 512, 4
     swa = [(i % 6) != 5 for i in range(L)]
     m = Model("gemma4", "Gemma-4-31B-it", Vocab(V, "gemma4", bos=2, eos=1))
-    _common(m, n_layer=L, n_embd=E, n_ctx=262144, n_head=H, n_head_kv=[HKV_SWA if s else HKV_FULL for s in swa],
-            n_ff=FF, rope_base=1000000.0, rms_eps=1e-6)
+    _common(
+        m,
+        n_layer=L,
+        n_embd=E,
+        n_ctx=262144,
+        n_head=H,
+        n_head_kv=[HKV_SWA if s else HKV_FULL for s in swa],
+        n_ff=FF,
+        rope_base=1000000.0,
+        rms_eps=1e-6,
+    )
     m.u32(".attention.key_length", D_FULL)
     m.u32(".attention.value_length", D_FULL)
     m.u32(".attention.key_length_swa", D_SWA)
@@ -368,7 +404,9 @@ def gpt_oss(path: Path) -> Path:
     L, E, H, HKV, D, V = 24, 2880, 64, 8, 64, 201088
     N_EXP, N_USED, FF_EXP = 32, 4, 2880
     m = Model("gpt-oss", "gpt-oss-20b", Vocab(V, "gpt-4o", bos=199998, eos=200002), ftype=FTYPE_MXFP4_MOE)
-    _common(m, n_layer=L, n_embd=E, n_ctx=131072, n_head=H, n_head_kv=HKV, n_ff=FF_EXP, rope_base=150000.0, rms_eps=1e-5)
+    _common(
+        m, n_layer=L, n_embd=E, n_ctx=131072, n_head=H, n_head_kv=HKV, n_ff=FF_EXP, rope_base=150000.0, rms_eps=1e-5
+    )
     m.u32(".attention.key_length", D)
     m.u32(".attention.value_length", D)
     m.u32(".expert_count", N_EXP)
@@ -460,8 +498,17 @@ def lfm2(path: Path) -> Path:
     D = E // H
     attn = {2, 5, 8, 10, 12, 14}
     m = Model("lfm2", "LFM2-1.2B", Vocab(V, "lfm2", bos=1, eos=7))
-    _common(m, n_layer=L, n_embd=E, n_ctx=128000, n_head=H, n_head_kv=[HKV if i in attn else 0 for i in range(L)],
-            n_ff=FF, rope_base=1000000.0, rms_eps=1e-5)
+    _common(
+        m,
+        n_layer=L,
+        n_embd=E,
+        n_ctx=128000,
+        n_head=H,
+        n_head_kv=[HKV if i in attn else 0 for i in range(L)],
+        n_ff=FF,
+        rope_base=1000000.0,
+        rms_eps=1e-5,
+    )
     m.u32(".vocab_size", V)
     m.u32(".shortconv.l_cache", 3)
     _embeddings(m, V, E, Q.Q6_K, None, norm="token_embd_norm.weight")

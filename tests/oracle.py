@@ -18,6 +18,7 @@ tests/oracle_fit_params.json holds the figures of the pinned llama.cpp (b11312),
 for the unit tests (tests/unit/test_plan_oracle.py); the e2e test runs the same grid live with the
 binaries of the lab's image (tests/e2e/test_lab_fit_params.py). Re-record after changing the pin.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,22 +51,51 @@ class Case:
 
     @property
     def key(self) -> str:
-        return (f"{self.family} c={self.ctx} np={self.parallel} k={self.type_k} v={self.type_v} "
-                f"fa={'on' if self.flash_attn else 'off'}")
+        return (
+            f"{self.family} c={self.ctx} np={self.parallel} k={self.type_k} v={self.type_v} "
+            f"fa={'on' if self.flash_attn else 'off'}"
+        )
 
     def args(self, model: str, rpc: str) -> list[str]:
-        return ["-m", model, "--rpc", rpc, "-ngl", "999", "-ts", ",".join(map(str, SHARES)), "-c", str(self.ctx),
-                "-np", str(self.parallel), "-ctk", self.type_k, "-ctv", self.type_v,
-                "-fa", "on" if self.flash_attn else "off", "--fit-print", "on"]
+        return [
+            "-m",
+            model,
+            "--rpc",
+            rpc,
+            "-ngl",
+            "999",
+            "-ts",
+            ",".join(map(str, SHARES)),
+            "-c",
+            str(self.ctx),
+            "-np",
+            str(self.parallel),
+            "-ctk",
+            self.type_k,
+            "-ctv",
+            self.type_v,
+            "-fa",
+            "on" if self.flash_attn else "off",
+            "--fit-print",
+            "on",
+        ]
 
     def context(self) -> Context:
-        return Context(ctx=self.ctx, parallel=self.parallel, type_k=self.type_k, type_v=self.type_v,
-                       flash_attn=self.flash_attn)
+        return Context(
+            ctx=self.ctx, parallel=self.parallel, type_k=self.type_k, type_v=self.type_v, flash_attn=self.flash_attn
+        )
 
 
 def grid(families=tuple(FAMILIES)) -> list[Case]:
-    return [Case(f, ctx, np, tk, tv, fa) for f in families for ctx in CONTEXTS for np in (1, 4)
-            for fa in (True, False) for tk, tv in KV_TYPES[fa] if fa or f not in MLA or tk == tv]
+    return [
+        Case(f, ctx, np, tk, tv, fa)
+        for f in families
+        for ctx in CONTEXTS
+        for np in (1, 4)
+        for fa in (True, False)
+        for tk, tv in KV_TYPES[fa]
+        if fa or f not in MLA or tk == tv
+    ]
 
 
 def parse(stdout: str) -> dict[str, dict[str, int]]:
@@ -83,8 +113,12 @@ def script(cases: list[Case], folder: str, bin_dir: str = "") -> str:
     '== KEY' line (the binaries on PATH, or in bin_dir)."""
     b = f"{bin_dir.rstrip('/')}/" if bin_dir else ""
     rpc = ",".join(f"127.0.0.1:{p}" for p in PORTS)
-    lines = ["set -u", f'rpc="{b}ggml-rpc-server"; [ -x "$rpc" ] || rpc="{b}rpc-server"',
-             *[f'"$rpc" -H 127.0.0.1 -p {p} >/dev/null 2>&1 & pids="${{pids:-}} $!"' for p in PORTS], "sleep 2"]
+    lines = [
+        "set -u",
+        f'rpc="{b}ggml-rpc-server"; [ -x "$rpc" ] || rpc="{b}rpc-server"',
+        *[f'"$rpc" -H 127.0.0.1 -p {p} >/dev/null 2>&1 & pids="${{pids:-}} $!"' for p in PORTS],
+        "sleep 2",
+    ]
     for case in cases:
         args = " ".join(case.args(f"{folder}/{case.family}.gguf", rpc))
         lines += [f"echo '== {case.key}'", f"{b}llama-fit-params {args} 2>/dev/null || echo FAILED"]
@@ -135,8 +169,12 @@ def main(argv: list[str]) -> None:
         for name, write in FAMILIES.items():
             write(Path(folder) / f"{name}.gguf")
         cases = grid()
-        stdout = subprocess.run(["sh", "-c", script(cases, folder, str(Path(bin_dir).resolve()))],
-                                capture_output=True, text=True, check=True).stdout
+        stdout = subprocess.run(
+            ["sh", "-c", script(cases, folder, str(Path(bin_dir).resolve()))],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     found = results(stdout)
     write_figures(Path(out), {c.key: found.get(c.key) for c in cases})
 

@@ -1,6 +1,7 @@
 """deploy.py through pyinfra's own prepare stage (as `pyinfra INVENTORY deploy.py` runs it), the facts faked:
 every operation of every host is created, in pyinfra's order, without a host. For tests/unit/test_wiring.py and
 scripts/snapshot.py (every rendered file and operation, to compare two versions of the deploy)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -23,14 +24,26 @@ from llama_rpc_deploy.paths import PROJECT
 
 IMAGE_ID = "sha256:" + "1" * 64
 # running and enabled on every host (the tunnel's unit is not: its operations start it)
-UNITS = (roles.WORKER_UNIT, roles.COORDINATOR_UNIT, roles.FIREWALL_UNIT, roles.WATCHDOG_UNIT, roles.WORKER_WATCHDOG_UNIT,
-         roles.CACHE_PRUNE_TIMER, roles.FRONT_UNIT)
+UNITS = (
+    roles.WORKER_UNIT,
+    roles.COORDINATOR_UNIT,
+    roles.FIREWALL_UNIT,
+    roles.WATCHDOG_UNIT,
+    roles.WORKER_WATCHDOG_UNIT,
+    roles.CACHE_PRUNE_TIMER,
+    roles.FRONT_UNIT,
+)
 
 
 class Unchanged(str):
     """A remote checksum equal to whatever it is compared with: the file on the host is the one rendered."""
-    def __eq__(self, other): return True
-    def __ne__(self, other): return False
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
     __hash__ = str.__hash__
 
 
@@ -40,14 +53,21 @@ EVERY_FILE = object()  # changed = EVERY_FILE: no file on any host is the one th
 def fake_facts(changed: dict[str, set[str]], header: bytes, header_size: int, runtimes=("runc",)):
     """Host.get_fact for these runs: every host has what the deploy needs (the image, its services running),
     and on each host exactly the files named in changed[host] differ from what the deploy renders."""
+
     def get_fact(host: Host, fact, *args, **kwargs):
         path = kwargs.get("path", "")
         answers = {
-            facts.MissingCommands: [], facts.DockerRuntimes: list(runtimes), facts.NvidiaGpus: [],
-            facts.TcpListener: None, facts.TcpReachable: True, facts.GgufFiles: [], facts.RenderNodes: ["renderD128"],
+            facts.MissingCommands: [],
+            facts.DockerRuntimes: list(runtimes),
+            facts.NvidiaGpus: [],
+            facts.TcpListener: None,
+            facts.TcpReachable: True,
+            facts.GgufFiles: [],
+            facts.RenderNodes: ["renderD128"],
             facts.SshHostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTheWiringTest",
-            facts.DockerImageId: IMAGE_ID, facts.DockerImageLayers: [],
-            facts.GgufHeader: (header_size, header[:kwargs.get("limit", len(header))]),
+            facts.DockerImageId: IMAGE_ID,
+            facts.DockerImageLayers: [],
+            facts.GgufHeader: (header_size, header[: kwargs.get("limit", len(header))]),
         }
         if fact in answers:
             return answers[fact]
@@ -65,8 +85,17 @@ def fake_facts(changed: dict[str, set[str]], header: bytes, header_size: int, ru
         if fact in (systemd_facts.SystemdStatus, systemd_facts.SystemdEnabled):
             return {unit: True for unit in UNITS}
         if fact is server_facts.Users:
-            return {"llama-rpc": {"home": "/nonexistent", "shell": "/usr/sbin/nologin", "group": "llama-rpc",
-                                  "groups": [], "uid": 999, "gid": 999, "comment": None}}
+            return {
+                "llama-rpc": {
+                    "home": "/nonexistent",
+                    "shell": "/usr/sbin/nologin",
+                    "group": "llama-rpc",
+                    "groups": [],
+                    "uid": 999,
+                    "gid": 999,
+                    "comment": None,
+                }
+            }
         if fact is server_facts.Groups:
             return {"llama-rpc"}
         if fact is server_facts.Os:
@@ -74,6 +103,7 @@ def fake_facts(changed: dict[str, set[str]], header: bytes, header_size: int, ru
         if fact is server_facts.TmpDir:
             return "/tmp"
         raise AssertionError(f"the wiring run fakes no {fact.__name__}({kwargs}): add it")
+
     return get_fact
 
 

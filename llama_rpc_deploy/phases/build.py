@@ -1,5 +1,6 @@
 """The images: one per image_backend the hosts run, each built once on the coordinator and carried to every
 worker of its backend that lacks that exact image ID."""
+
 from __future__ import annotations
 
 import time
@@ -21,23 +22,42 @@ from .shared import put
 
 @deploy("The unprivileged user the containers run as")
 def service_user(run: Run):  # the same on every host, whatever the run
-    server.user(name=f"System user {SERVICE_USER} (no login, no home)", user=SERVICE_USER, system=True,
-                shell="/usr/sbin/nologin", create_home=False, home="/nonexistent")
+    server.user(
+        name=f"System user {SERVICE_USER} (no login, no home)",
+        user=SERVICE_USER,
+        system=True,
+        shell="/usr/sbin/nologin",
+        create_home=False,
+        home="/nonexistent",
+    )
 
 
 @deploy("Prepare the worker to receive the image")
 def prepare_worker(run: Run):
     s = run.deployment.cluster.host(host.name).settings
-    files.directory(name="rpc-server tensor cache (kept across deploys, written by the service user)",
-                    path=s["rpc_cache_dir"], mode="755", user=SERVICE_USER, group=SERVICE_USER, recursive=True)
-    files.put(name="Image receiver", src=str(image.FILES / roles.IMAGE_RECEIVER),
-              dest=f"{s['deploy_dir']}/{roles.IMAGE_RECEIVER}", mode="755")
+    files.directory(
+        name="rpc-server tensor cache (kept across deploys, written by the service user)",
+        path=s["rpc_cache_dir"],
+        mode="755",
+        user=SERVICE_USER,
+        group=SERVICE_USER,
+        recursive=True,
+    )
+    files.put(
+        name="Image receiver",
+        src=str(image.FILES / roles.IMAGE_RECEIVER),
+        dest=f"{s['deploy_dir']}/{roles.IMAGE_RECEIVER}",
+        mode="755",
+    )
     public = run.deployment.transfer_key.with_suffix(".pub").read_text().strip()
     files.directory(name="root's .ssh", path="/root/.ssh", mode="700")
     # one line, found by the key's comment (the key itself holds regex characters), replaced when the key changes
-    files.line(name="Accept the coordinator's transfer key, for image loads only",
-               path="/root/.ssh/authorized_keys", line=f"^restrict,command=.* {TRANSFER_KEY_COMMENT}$",
-               replace=f'restrict,command="{s["deploy_dir"]}/{roles.IMAGE_RECEIVER}" {public}')
+    files.line(
+        name="Accept the coordinator's transfer key, for image loads only",
+        path="/root/.ssh/authorized_keys",
+        line=f"^restrict,command=.* {TRANSFER_KEY_COMMENT}$",
+        replace=f'restrict,command="{s["deploy_dir"]}/{roles.IMAGE_RECEIVER}" {public}',
+    )
 
 
 @deploy("Build the image once, on the coordinator")
@@ -51,20 +71,33 @@ def build_image(run: Run):
     if dep.source.local_tarball:
         files.put(name="llama.cpp source (uploaded)", src=str(dep.source.local_tarball), dest=tarball, mode="644")
     elif not dep.source.sha256 or host.get_fact(Sha256File, path=tarball) != dep.source.sha256:
-        server.shell(name=f"llama.cpp source: download {dep.source.url}, check its sha256",
-                     commands=[source.fetch_command(dep.source.url, tarball, dep.source.sha256)],
-                     _shell_executable="bash")
+        server.shell(
+            name=f"llama.cpp source: download {dep.source.url}, check its sha256",
+            commands=[source.fetch_command(dep.source.url, tarball, dep.source.sha256)],
+            _shell_executable="bash",
+        )
         if not dep.source.sha256:
-            python.call(name=f"Record its sha256 in {dep.source.lock} (later downloads must match)",
-                        function=record_download, url=dep.source.url, lock=dep.source.lock, tarball=tarball)
+            python.call(
+                name=f"Record its sha256 in {dep.source.lock} (later downloads must match)",
+                function=record_download,
+                url=dep.source.url,
+                lock=dep.source.lock,
+                tarball=tarball,
+            )
     for backend, tag in dep.images.items():  # one image per backend the hosts run, each from the same source
         if host.get_fact(facts.DockerImageId, image=tag) is not None:
             continue
-        args = " ".join(f"--build-arg {shell(f'{k}={v}')}"
-                        for k, v in sorted(image.build_args(dep.cluster, dep.source, backend).items()))
-        python.call(name=f"Build {tag} (minutes the first time; progress every {PROGRESS_SECONDS} s)",
-                    function=build_with_progress, build_dir=build_dir, log_dir=f"{dep.cluster.settings['state_dir']}/logs",
-                    command=f"DOCKER_BUILDKIT=1 docker build --progress=plain {args} --tag {tag} .")
+        args = " ".join(
+            f"--build-arg {shell(f'{k}={v}')}"
+            for k, v in sorted(image.build_args(dep.cluster, dep.source, backend).items())
+        )
+        python.call(
+            name=f"Build {tag} (minutes the first time; progress every {PROGRESS_SECONDS} s)",
+            function=build_with_progress,
+            build_dir=build_dir,
+            log_dir=f"{dep.cluster.settings['state_dir']}/logs",
+            command=f"DOCKER_BUILDKIT=1 docker build --progress=plain {args} --tag {tag} .",
+        )
 
 
 def record_download(url: str, lock, tarball: str) -> None:
@@ -87,9 +120,11 @@ def build_with_progress(build_dir: str, log_dir: str, command: str, every: float
     when the build does. A build still running from a deploy that was killed is waited for (flock), not raced."""
     token = time.strftime("build-%Y%m%dT%H%M%S", time.gmtime())
     log, rc = shell(f"{log_dir}/{token}.log"), shell(f"{log_dir}/{token}.rc")
-    start = (f"mkdir -p {shell(log_dir)} && ln -sfn {token}.log {shell(log_dir + '/build.log')} && cd {shell(build_dir)} && "
-             f"(setsid flock {shell(log_dir + '/build.lock')} bash -c {shell(f'{command}; echo $? > {rc}')} "
-             f"> {log} 2>&1 < /dev/null &)")
+    start = (
+        f"mkdir -p {shell(log_dir)} && ln -sfn {token}.log {shell(log_dir + '/build.log')} && cd {shell(build_dir)} && "
+        f"(setsid flock {shell(log_dir + '/build.lock')} bash -c {shell(f'{command}; echo $? > {rc}')} "
+        f"> {log} 2>&1 < /dev/null &)"
+    )
     if not host.run_shell_command(start)[0]:
         raise DeployError(f"cannot start the image build on {host.name}")
     began = time.monotonic()
@@ -136,9 +171,14 @@ def distribute_image(run: Run):
         layers_file = None
         if skip_layers and have:
             layers_file = f"{dep.cluster.settings['state_dir']}/layers-of-{worker.name}"
-            files.put(name=f"The image layers {worker.name} has", src=StringIO(transfer.layers_text(have)),
-                      dest=layers_file, mode="600")
-        server.shell(name=f"Send {tag} to {worker.name} (the layers it lacks)",
-                     commands=[transfer.send_command(tag, worker.address, worker.transfer_port, layers_file,
-                                                     skip_layers)],
-                     _shell_executable="bash")
+            files.put(
+                name=f"The image layers {worker.name} has",
+                src=StringIO(transfer.layers_text(have)),
+                dest=layers_file,
+                mode="600",
+            )
+        server.shell(
+            name=f"Send {tag} to {worker.name} (the layers it lacks)",
+            commands=[transfer.send_command(tag, worker.address, worker.transfer_port, layers_file, skip_layers)],
+            _shell_executable="bash",
+        )

@@ -1,6 +1,7 @@
 """Before any change: stop when a host lacks what the deploy needs; then settle the Cluster every later phase reads
 (the models of llama_models_folder, the planner's split) from the coordinator's model files, and stop when a model
 does not fit. Each refusal is one line (settings.refuse), read from facts only: nothing has changed yet."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -21,50 +22,75 @@ def host_is_ready(run: Run) -> None:
     role = cluster.role(host.name)
     me = cluster.host(host.name)
     s = me.settings
-    needed = ("docker", "zstd", "systemctl", "bash") + (("iptables", "iptables-restore") if role == WORKERS and s["rpc_firewall"] else ())
+    needed = ("docker", "zstd", "systemctl", "bash") + (
+        ("iptables", "iptables-restore") if role == WORKERS and s["rpc_firewall"] else ()
+    )
     missing = host.get_fact(facts.MissingCommands, names=needed)
     if missing:
         refuse(f"{host.name}: {', '.join(missing)} not found: install them first (Docker Engine, zstd, iptables)")
     if me.gpus and me.backend == "cuda" and "nvidia" not in host.get_fact(facts.DockerRuntimes):
-        refuse(f"{host.name}: image_backend = 'cuda' ({me.origins['image_backend']}) and gpus = "
-                          f"{s['gpus']!r} ({me.origins['gpus']}) but Docker has no nvidia runtime: expected the NVIDIA "
-                          "Container Toolkit (nvidia-ctk runtime configure --runtime=docker)")
+        refuse(
+            f"{host.name}: image_backend = 'cuda' ({me.origins['image_backend']}) and gpus = "
+            f"{s['gpus']!r} ({me.origins['gpus']}) but Docker has no nvidia runtime: expected the NVIDIA "
+            "Container Toolkit (nvidia-ctk runtime configure --runtime=docker)"
+        )
     if me.gpus and me.backend == "vulkan" and not host.get_fact(facts.RenderNodes):
-        refuse(f"{host.name}: image_backend = 'vulkan' ({me.origins['image_backend']}) and gpus = "
-                          f"{s['gpus']!r} ({me.origins['gpus']}) but no Vulkan device: no /dev/dri/renderD* on the "
-                          "host: expected the GPU's kernel driver loaded (amdgpu, i915, xe), or gpus = [] for the "
-                          "CPU's Vulkan device (lavapipe)")
+        refuse(
+            f"{host.name}: image_backend = 'vulkan' ({me.origins['image_backend']}) and gpus = "
+            f"{s['gpus']!r} ({me.origins['gpus']}) but no Vulkan device: no /dev/dri/renderD* on the "
+            "host: expected the GPU's kernel driver loaded (amdgpu, i915, xe), or gpus = [] for the "
+            "CPU's Vulkan device (lavapipe)"
+        )
     found = host.get_fact(facts.NvidiaGpus) if me.backend == "cuda" else None  # an unused NVIDIA card elsewhere
     if found and len(found) != len(me.gpus):
-        logger.warning(f"{host.name}: nvidia-smi lists {len(found)} GPUs ({', '.join(n for n, _ in found)}), "
-                       f"gpus lists {len(me.gpus)}: the plan and the device order follow gpus")
+        logger.warning(
+            f"{host.name}: nvidia-smi lists {len(found)} GPUs ({', '.join(n for n, _ in found)}), "
+            f"gpus lists {len(me.gpus)}: the plan and the device order follow gpus"
+        )
     # the ports and what may hold them: ours, or (llama_port, on an upgrade from before the front) llama-server
-    ports = ({"llama_port": ("the front", {"haproxy", "llama-server"}), "llama_server_port": ("llama-server", {"llama-server"})}
-             if role == COORDINATOR else {"rpc_port": ("rpc-server", {"rpc-server"})})
+    ports = (
+        {
+            "llama_port": ("the front", {"haproxy", "llama-server"}),
+            "llama_server_port": ("llama-server", {"llama-server"}),
+        }
+        if role == COORDINATOR
+        else {"rpc_port": ("rpc-server", {"rpc-server"})}
+    )
     ports = [(key, s[key], ours, names) for key, (ours, names) in ports.items()]
     tunnels = cluster.tunnels_at(me)
     if tunnels:
         tunnel_is_possible(tunnels[0].origins["rpc_transport"])
-        ports += ([("rpc_tunnel_local_port", w.tunnel_end, f"the tunnel to {w.name}", {"stunnel4"}) for w in tunnels]
-                  if role == COORDINATOR else [("rpc_tunnel_port", s["rpc_tunnel_port"], "the tunnel", {"stunnel4"})])
+        ports += (
+            [("rpc_tunnel_local_port", w.tunnel_end, f"the tunnel to {w.name}", {"stunnel4"}) for w in tunnels]
+            if role == COORDINATOR
+            else [("rpc_tunnel_port", s["rpc_tunnel_port"], "the tunnel", {"stunnel4"})]
+        )
     for key, port, ours, names in ports:
         listener = host.get_fact(facts.TcpListener, port=port)
         if listener is not None and listener not in names:
-            refuse(f"{host.name}: port {port} is taken by {listener or 'another process'}: "
-                              f"expected it free for {ours} (change {key})")
+            refuse(
+                f"{host.name}: port {port} is taken by {listener or 'another process'}: "
+                f"expected it free for {ours} (change {key})"
+            )
     if role == WORKERS and not me.tunnelled:
-        logger.warning(f"{host.name}: rpc_transport: plain: rpc-server at {me.rpc_remote} has no authentication, and the "
-                       "firewall rule admits whoever holds the coordinator's address (any device on the LAN can take "
-                       "it): set rpc_transport: tunnel")
+        logger.warning(
+            f"{host.name}: rpc_transport: plain: rpc-server at {me.rpc_remote} has no authentication, and the "
+            "firewall rule admits whoever holds the coordinator's address (any device on the LAN can take "
+            "it): set rpc_transport: tunnel"
+        )
     if role == COORDINATOR:
         for worker in cluster.workers:
             if not host.get_fact(facts.TcpReachable, address=worker.address, port=worker.transfer_port):
-                refuse(f"{host.name} cannot reach {worker.name}'s sshd at {worker.address}:{worker.transfer_port}: "
-                                  "the coordinator sends the image that way (set address or transfer_ssh_port)")
+                refuse(
+                    f"{host.name} cannot reach {worker.name}'s sshd at {worker.address}:{worker.transfer_port}: "
+                    "the coordinator sends the image that way (set address or transfer_ssh_port)"
+                )
     if role == WORKERS and s["rpc_firewall"] and s["rpc_allow_wide"] and wide_clients(cluster, me):
-        logger.warning(f"{host.name}: rpc_allow_from admits {', '.join(wide_clients(cluster, me))} to rpc-server's port "
-                       f"{s['rpc_port']} (rpc_allow_wide): rpc-server has no authentication, anyone there can read "
-                       "and write this host's GPU memory and crash the server")
+        logger.warning(
+            f"{host.name}: rpc_allow_from admits {', '.join(wide_clients(cluster, me))} to rpc-server's port "
+            f"{s['rpc_port']} (rpc_allow_wide): rpc-server has no authentication, anyone there can read "
+            "and write this host's GPU memory and crash the server"
+        )
     if role == WORKERS and not host.get_fact(facts.SshHostKey):
         refuse(f"{host.name}: no /etc/ssh/ssh_host_ed25519_key.pub: the coordinator needs it to send the image")
 
@@ -73,9 +99,11 @@ def tunnel_is_possible(origin: str) -> None:
     """stunnel is there, or apt-get to install Debian's stunnel4 (the deploy does, as it installs HAProxy)."""
     missing = host.get_fact(facts.MissingCommands, names=("stunnel4", "apt-get")) or []  # None: nothing missing
     if "stunnel4" in missing and "apt-get" in missing:
-        refuse(f"{host.name}: rpc_transport = 'tunnel' ({origin}) needs stunnel4, "
-                          "which is not installed, and there is no apt-get to install it: expected stunnel 5 "
-                          "(TLS 1.3) as /usr/bin/stunnel4, or rpc_transport: plain")
+        refuse(
+            f"{host.name}: rpc_transport = 'tunnel' ({origin}) needs stunnel4, "
+            "which is not installed, and there is no apt-get to install it: expected stunnel 5 "
+            "(TLS 1.3) as /usr/bin/stunnel4, or rpc_transport: plain"
+        )
 
 
 def settle(run: Run) -> None:
@@ -117,9 +145,11 @@ def file_is_readable(at, me, key: str) -> None:
         refuse(f"{where}: {key} = {model!r}: no such file on the coordinator {at.name}")
     folder = at.get_fact(Directory, path=str(PurePosixPath(model).parent))
     if not (int(str(found["mode"]), 8) & 0o004 and folder and int(str(folder["mode"]), 8) & 0o005 == 0o005):
-        refuse(f"{where}: {key} = {model!r}: llama-server runs as the unprivileged user "
-               f"{SERVICE_USER}, which cannot read it on {at.name}: expected the file readable by "
-               "others and its folder listable (chmod o+r FILE; chmod o+rx FOLDER)")
+        refuse(
+            f"{where}: {key} = {model!r}: llama-server runs as the unprivileged user "
+            f"{SERVICE_USER}, which cannot read it on {at.name}: expected the file readable by "
+            "others and its folder listable (chmod o+r FILE; chmod o+rx FOLDER)"
+        )
 
 
 def model_fits(at, cluster, name: str | None) -> plan.CapacityPlan:
@@ -132,16 +162,23 @@ def model_fits(at, cluster, name: str | None) -> plan.CapacityPlan:
             continue
         try:
             models[key] = gguf_header.read_remote_model(
-                lambda file, limit: at.get_fact(facts.GgufHeader, path=file, limit=limit), path, read)
+                lambda file, limit: at.get_fact(facts.GgufHeader, path=file, limit=limit), path, read
+            )
         except Exception as error:  # not a GGUF file, a shard missing
             refuse(f"{cluster.coordinator.origins[key]}: {key} = {path!r}: {error}")
     # each card's memory as its host's nvidia-smi reports it, where it does
-    reported = {h.name: [mib for _, mib in inventory.get_host(h.name).get_fact(facts.NvidiaGpus)]
-                for h in cluster.hosts if h.gpus and h.backend == "cuda"}
-    capacity = plan.plan_cluster(cluster, models["llama_model_path"], reported=reported,
-                                 mmproj_bytes=models.get("llama_mmproj_path", 0))
+    reported = {
+        h.name: [mib for _, mib in inventory.get_host(h.name).get_fact(facts.NvidiaGpus)]
+        for h in cluster.hosts
+        if h.gpus and h.backend == "cuda"
+    }
+    capacity = plan.plan_cluster(
+        cluster, models["llama_model_path"], reported=reported, mmproj_bytes=models.get("llama_mmproj_path", 0)
+    )
     for line in capacity.table().splitlines():
         logger.info(f"    [plan{f' {name}' if name else ''}] {line}")
     if capacity.problems:
-        refuse((f"model {name!r}: " if name else "") + "; ".join(capacity.problems) + " (llama-rpc plan shows the table)")
+        refuse(
+            (f"model {name!r}: " if name else "") + "; ".join(capacity.problems) + " (llama-rpc plan shows the table)"
+        )
     return capacity

@@ -1,6 +1,7 @@
 """The services: on each worker the firewall, rpc-server and its watchdog; on the coordinator
 llama-server (after its workers), the wait for /health, and its watchdog. Only what a change
 affects restarts; every file a deploy replaces stays next to the new one as PATH.previous."""
+
 from __future__ import annotations
 
 import os
@@ -27,26 +28,56 @@ def install_tunnel(run: Run, me) -> None:
     config, unit = f"{me.settings['deploy_dir']}/{roles.TUNNEL_CONFIG}", f"{roles.UNIT_DIR}/{roles.TUNNEL_UNIT}"
     if not rendered:
         left = host.get_fact(File, path=unit)
-        server.shell(name="No RPC tunnel (rpc_transport: plain): one left by an earlier deploy removed",
-                     commands=[f"systemctl disable --now {roles.TUNNEL_UNIT}; rm -rf {shell(roles.TUNNEL_DIR)} "
-                               f"{shell(config)} {shell(unit)} && systemctl daemon-reload"] if left else [])
+        server.shell(
+            name="No RPC tunnel (rpc_transport: plain): one left by an earlier deploy removed",
+            commands=[
+                f"systemctl disable --now {roles.TUNNEL_UNIT}; rm -rf {shell(roles.TUNNEL_DIR)} "
+                f"{shell(config)} {shell(unit)} && systemctl daemon-reload"
+            ]
+            if left
+            else [],
+        )
         return
     debian_packages("The tunnel's package", roles.TUNNEL_PACKAGES)
-    files.directory(name=f"{roles.TUNNEL_DIR}: the tunnel's keys (mode 700, owner {SERVICE_USER})",
-                    path=roles.TUNNEL_DIR, user=SERVICE_USER, group=SERVICE_USER, mode="700")
-    keys = [operations.secret_file(name=f"Tunnel: {dest} (mode 400, owner {SERVICE_USER}, content never shown)",
-                                   src=str(src), dest=dest, user=SERVICE_USER, group=SERVICE_USER)
-            for dest, src in host.loop(tunnel.host_sources(run.deployment.tunnel, me.name).items())]
+    files.directory(
+        name=f"{roles.TUNNEL_DIR}: the tunnel's keys (mode 700, owner {SERVICE_USER})",
+        path=roles.TUNNEL_DIR,
+        user=SERVICE_USER,
+        group=SERVICE_USER,
+        mode="700",
+    )
+    keys = [
+        operations.secret_file(
+            name=f"Tunnel: {dest} (mode 400, owner {SERVICE_USER}, content never shown)",
+            src=str(src),
+            dest=dest,
+            user=SERVICE_USER,
+            group=SERVICE_USER,
+        )
+        for dest, src in host.loop(tunnel.host_sources(run.deployment.tunnel, me.name).items())
+    ]
     ops = dict(zip(rendered, put_all(run, rendered)))
     new_unit = ops[unit].will_change
     reread = not new_unit and (ops[config].will_change or any(op.will_change for op in keys))
-    restart = server.shell(name="RPC tunnel: restarted on its new unit",
-                           commands=[f"systemctl daemon-reload && systemctl enable --quiet {roles.TUNNEL_UNIT} && "
-                                     f"systemctl restart {roles.TUNNEL_UNIT}"] if new_unit else [])
-    server.shell(name="RPC tunnel: new keys or peers read again (the connections open stay up)",
-                 commands=[f"systemctl try-reload-or-restart {roles.TUNNEL_UNIT}"] if reread else [])
-    ensure = systemd.service(name="RPC tunnel running and enabled", service=roles.TUNNEL_UNIT,
-                             running=None if new_unit else True, enabled=None if new_unit else True)
+    restart = server.shell(
+        name="RPC tunnel: restarted on its new unit",
+        commands=[
+            f"systemctl daemon-reload && systemctl enable --quiet {roles.TUNNEL_UNIT} && "
+            f"systemctl restart {roles.TUNNEL_UNIT}"
+        ]
+        if new_unit
+        else [],
+    )
+    server.shell(
+        name="RPC tunnel: new keys or peers read again (the connections open stay up)",
+        commands=[f"systemctl try-reload-or-restart {roles.TUNNEL_UNIT}"] if reread else [],
+    )
+    ensure = systemd.service(
+        name="RPC tunnel running and enabled",
+        service=roles.TUNNEL_UNIT,
+        running=None if new_unit else True,
+        enabled=None if new_unit else True,
+    )
     run.tunnel_services[host.name] = Started(restart, ensure, new_unit)
 
 
@@ -57,18 +88,31 @@ def install_worker(run: Run):
     firewall = render.firewall_files(cluster, me)
     if firewall:  # before rpc-server (re)starts; a reload re-applies the rule without restarting rpc-server
         will_change = {path: op.will_change for path, op in zip(firewall, put_all(run, firewall))}
-        systemd.service(name="Firewall: RPC port from the coordinator only", service=roles.FIREWALL_UNIT,
-                        running=True, enabled=True,
-                        reloaded=any(c for path, c in will_change.items() if not path.endswith(".service")),
-                        daemon_reload=any(c for path, c in will_change.items() if path.endswith(".service")))
+        systemd.service(
+            name="Firewall: RPC port from the coordinator only",
+            service=roles.FIREWALL_UNIT,
+            running=True,
+            enabled=True,
+            reloaded=any(c for path, c in will_change.items() if not path.endswith(".service")),
+            daemon_reload=any(c for path, c in will_change.items() if path.endswith(".service")),
+        )
     install_tunnel(run, me)
-    run.worker_services[host.name] = service("rpc-server running and enabled", roles.WORKER_UNIT,
-                                             put_all(run, render.worker_files(cluster, me, image)),
-                                             _ignore_errors=True)  # the health check decides
-    service("Watchdog: restart rpc-server when it holds a dead client", roles.WORKER_WATCHDOG_UNIT,
-            put_all(run, render.worker_watchdog_files(me)))
-    service(f"Tensor cache kept under {me.settings['rpc_cache_max_gib']:g} GiB (a timer)", roles.CACHE_PRUNE_TIMER,
-            put_all(run, render.cache_prune_files(me)))
+    run.worker_services[host.name] = service(
+        "rpc-server running and enabled",
+        roles.WORKER_UNIT,
+        put_all(run, render.worker_files(cluster, me, image)),
+        _ignore_errors=True,
+    )  # the health check decides
+    service(
+        "Watchdog: restart rpc-server when it holds a dead client",
+        roles.WORKER_WATCHDOG_UNIT,
+        put_all(run, render.worker_watchdog_files(me)),
+    )
+    service(
+        f"Tensor cache kept under {me.settings['rpc_cache_max_gib']:g} GiB (a timer)",
+        roles.CACHE_PRUNE_TIMER,
+        put_all(run, render.cache_prune_files(me)),
+    )
 
 
 @deploy("The front, drained before a server restarts")
@@ -83,12 +127,15 @@ def install_front(run: Run):
     cluster = run.deployment.cluster
     debian_packages("The front's packages", roles.FRONT_PACKAGES)
     changed = any(op.will_change for op in put_all(run, render.front_files(cluster)))
-    server.shell(name="The front reloaded on its new files, if it runs (its requests in flight finish in the old process)",
-                 commands=[f"systemctl daemon-reload && systemctl try-reload-or-restart {roles.FRONT_UNIT}"]
-                 if changed else [])
+    server.shell(
+        name="The front reloaded on its new files, if it runs (its requests in flight finish in the old process)",
+        commands=[f"systemctl daemon-reload && systemctl try-reload-or-restart {roles.FRONT_UNIT}"] if changed else [],
+    )
     run.front_drain = server.shell(
         name=f"Drain the front (at most {cluster.settings['llama_front_drain_seconds']} s) before servers restart",
-        commands=[front_drain(cluster, "drain")], _if=run.restart_planned)
+        commands=[front_drain(cluster, "drain")],
+        _if=run.restart_planned,
+    )
 
 
 @deploy("llama-server on the coordinator")
@@ -99,21 +146,35 @@ def install_coordinator(run: Run):
     changed = put_all(run, render.coordinator_files(cluster, image))
     if s["llama_api_key_file"]:
         # /etc/llama-rpc (mode 700) was made by distribute_image; no .previous copy of a secret
-        changed.insert(0, operations.secret_file(
-            name=f"API key as {roles.API_KEY_PATH} (mode 400, owner {SERVICE_USER}, content never shown)",
-            src=os.path.expanduser(s["llama_api_key_file"]), dest=roles.API_KEY_PATH,
-            user=SERVICE_USER, group=SERVICE_USER))
-    started = service("llama-server running and enabled", roles.COORDINATOR_UNIT, changed,
-                      _ignore_errors=True)  # the health check below decides
+        changed.insert(
+            0,
+            operations.secret_file(
+                name=f"API key as {roles.API_KEY_PATH} (mode 400, owner {SERVICE_USER}, content never shown)",
+                src=os.path.expanduser(s["llama_api_key_file"]),
+                dest=roles.API_KEY_PATH,
+                user=SERVICE_USER,
+                group=SERVICE_USER,
+            ),
+        )
+    started = service(
+        "llama-server running and enabled", roles.COORDINATOR_UNIT, changed, _ignore_errors=True
+    )  # the health check below decides
     run.coordinator_service = started
     after_workers = server.shell(
-        name="Restart llama-server after its workers restarted", commands=[f"systemctl restart {roles.COORDINATOR_UNIT}"],
-        _ignore_errors=True, _if=lambda: run.coordinator_restart_needed(started))
+        name="Restart llama-server after its workers restarted",
+        commands=[f"systemctl restart {roles.COORDINATOR_UNIT}"],
+        _ignore_errors=True,
+        _if=lambda: run.coordinator_restart_needed(started),
+    )
     # started here the first time (install_front reloads it): on an upgrade from a version without the
     # front, llama-server held llama_port until its restart above
-    systemd.service(name=f"The front: HAProxy at {render.front_address(cluster)}, running and enabled",
-                    service=roles.FRONT_UNIT, running=True, enabled=True,
-                    _ignore_errors=True)  # the health check below, through the front, decides
+    systemd.service(
+        name=f"The front: HAProxy at {render.front_address(cluster)}, running and enabled",
+        service=roles.FRONT_UNIT,
+        running=True,
+        enabled=True,
+        _ignore_errors=True,
+    )  # the health check below, through the front, decides
     _, probe = health_probe(cluster)
 
     def not_healthy_now():
@@ -123,9 +184,19 @@ def install_coordinator(run: Run):
         return started.did_change() or after_workers.did_change() or not host.run_shell_command(probe)[0]
 
     # a failure here is not the end: rollback.py puts the previous version back on every host
-    run.health_check = server.shell(name=f"Wait for {ready_probe(cluster)[0]} (at most {s['llama_health_timeout']} s)",
-                                    commands=[wait_for_health(cluster)], _if=not_healthy_now, _ignore_errors=True)
-    service("Watchdog: restart llama-server when it loses a worker", roles.WATCHDOG_UNIT,
-            put_all(run, render.watchdog_files(cluster)))
-    server.shell(name="The front sends requests to llama-server again", commands=[front_drain(cluster, "ready")],
-                 _if=lambda: run.front_drain is not None and run.front_drain.did_change())
+    run.health_check = server.shell(
+        name=f"Wait for {ready_probe(cluster)[0]} (at most {s['llama_health_timeout']} s)",
+        commands=[wait_for_health(cluster)],
+        _if=not_healthy_now,
+        _ignore_errors=True,
+    )
+    service(
+        "Watchdog: restart llama-server when it loses a worker",
+        roles.WATCHDOG_UNIT,
+        put_all(run, render.watchdog_files(cluster)),
+    )
+    server.shell(
+        name="The front sends requests to llama-server again",
+        commands=[front_drain(cluster, "ready")],
+        _if=lambda: run.front_drain is not None and run.front_drain.did_change(),
+    )

@@ -1,6 +1,7 @@
 """What the phases share: uploading rendered files (the previous version kept), starting a unit on its new files,
 Debian's packages, the barrier between phases, and the probes of llama-server's health (the deploy's wait, the
 rollback's). Each phase module imports from here, never from another phase."""
+
 from __future__ import annotations
 
 import hashlib
@@ -20,7 +21,9 @@ from ..run import Run
 def barrier(run, label: str):
     """The same no-op on every host: pyinfra orders each host's operations, and a shared
     operation is what makes the workers' and the coordinator's steps wait for each other."""
-    files.directory(name=f"== {label} ==", path=run.deployment.cluster.host(host.name).settings["deploy_dir"], mode="755")
+    files.directory(
+        name=f"== {label} ==", path=run.deployment.cluster.host(host.name).settings["deploy_dir"], mode="755"
+    )
 
 
 def put(run: Run, path: str, content: str, mode: str = "644"):
@@ -32,8 +35,10 @@ def put(run: Run, path: str, content: str, mode: str = "644"):
     in a loop, gave two workers opposite orders ("Cycle detected in operation ordering DAG")."""
     current = host.get_fact(Sha1File, path=path)
     replaces = bool(current) and current != hashlib.sha1(content.encode()).hexdigest()
-    server.shell(name=f"Keep {path} as {path}.previous",
-                 commands=[f"cp -a {shell(path)} {shell(path + '.previous')}"] if replaces else [])
+    server.shell(
+        name=f"Keep {path} as {path}.previous",
+        commands=[f"cp -a {shell(path)} {shell(path + '.previous')}"] if replaces else [],
+    )
     if replaces:
         run.keep_replaced(host.name, path)
     return files.put(name=f"Install {path}", src=StringIO(content), dest=path, mode=mode)
@@ -42,14 +47,17 @@ def put(run: Run, path: str, content: str, mode: str = "644"):
 def put_all(run: Run, rendered: dict[str, str]) -> list:
     """put() each file (scripts executable); returns the operations. host.loop: each file's operations
     are told apart by their place in the loop, the same on every host."""
-    return [put(run, path, content, mode="755" if path.endswith(".sh") else "644")
-            for path, content in host.loop(rendered.items())]
+    return [
+        put(run, path, content, mode="755" if path.endswith(".sh") else "644")
+        for path, content in host.loop(rendered.items())
+    ]
 
 
 @dataclass(frozen=True)
 class Started:
     """A unit's two operations, at most one of which has commands: the restart on new files, or
     'running and enabled'; planned: whether new files restart it (known before anything runs)."""
+
     restart: object
     ensure: object
     planned: bool = False
@@ -66,19 +74,25 @@ def service(name: str, unit: str, files_ops: list, **arguments) -> Started:
     whatever changed there (one of them without commands), so every host has the same shape, and --dry
     shows a restart only where one will happen."""
     restarts = any(op.will_change for op in files_ops)
-    restart = server.shell(name=f"{name}: restarted on its new files",
-                           commands=[f"systemctl daemon-reload && systemctl enable --quiet {unit} && "
-                                     f"systemctl restart {unit}"] if restarts else [], **arguments)
-    ensure = systemd.service(name=name, service=unit, running=None if restarts else True,
-                             enabled=None if restarts else True, **arguments)
+    restart = server.shell(
+        name=f"{name}: restarted on its new files",
+        commands=[f"systemctl daemon-reload && systemctl enable --quiet {unit} && systemctl restart {unit}"]
+        if restarts
+        else [],
+        **arguments,
+    )
+    ensure = systemd.service(
+        name=name, service=unit, running=None if restarts else True, enabled=None if restarts else True, **arguments
+    )
     return Started(restart, ensure, restarts)
 
 
 def debian_packages(what: str, packages: tuple[str, ...]):
     """Debian's packages installed (no recommends), the package lists updated first only when one is missing."""
     missing = [p for p in packages if p not in (host.get_fact(DebPackages) or {})]
-    return apt.packages(name=f"{what}: {', '.join(packages)}", packages=list(packages), update=bool(missing),
-                        no_recommends=True)
+    return apt.packages(
+        name=f"{what}: {', '.join(packages)}", packages=list(packages), update=bool(missing), no_recommends=True
+    )
 
 
 def health_probe(cluster) -> tuple[str, str]:
@@ -105,9 +119,11 @@ def wait_for_health(cluster, ready: bool = True) -> str:
     after a rollback: its models need not be the new settings' ones)."""
     _, probe = ready_probe(cluster) if ready else health_probe(cluster)
     # by the clock, not by tries: through the front, a try may wait (held) up to curl's --max-time
-    return (f"end=$(($(date +%s) + {cluster.settings['llama_health_timeout']})); "
-            f"while [ \"$(date +%s)\" -lt \"$end\" ]; do {probe} && exit 0; sleep 1; done; "
-            f"journalctl -u {roles.COORDINATOR_UNIT} -n 40 --no-pager; exit 1")
+    return (
+        f"end=$(($(date +%s) + {cluster.settings['llama_health_timeout']})); "
+        f'while [ "$(date +%s)" -lt "$end" ]; do {probe} && exit 0; sleep 1; done; '
+        f"journalctl -u {roles.COORDINATOR_UNIT} -n 40 --no-pager; exit 1"
+    )
 
 
 def front_drain(cluster, word: str) -> str:

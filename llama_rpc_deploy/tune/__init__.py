@@ -15,6 +15,7 @@ Each measurement: after a warm-up, llama-server's own timings for a short-prompt
 candidates in alternation and keeps a move only when it is beyond the noise, then confirms the best against the
 deployed split. At the end, or on Ctrl-C, the deployed launch script is put back and llama-server restarted.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,6 +42,7 @@ KEYS = ("llama_n_gpu_layers", "llama_tensor_split")  # what a split sets (and --
 @dataclass(frozen=True)
 class Layout:
     """How a split (layers per place) maps to llama-server's options, for one model and cluster."""
+
     n_layer: int
     devices: list  # plan.Device, in llama.cpp's order
     cpu: bool  # the coordinator's CPU is the first place (llama_n_gpu_layers leaves layers there)
@@ -53,8 +55,10 @@ class Layout:
         """llama_n_gpu_layers and llama_tensor_split for split: the device counts, the output layer on the
         last device (plan.render_shares); with the CPU place, the layers not offloaded are its count."""
         on_devices = list(split[1:] if self.cpu else split)
-        return {"llama_n_gpu_layers": sum(on_devices) + 1 if self.cpu else 999,
-                "llama_tensor_split": plan.render_shares(on_devices)}
+        return {
+            "llama_n_gpu_layers": sum(on_devices) + 1 if self.cpu else 999,
+            "llama_tensor_split": plan.render_shares(on_devices),
+        }
 
 
 def layout_of(cluster: Cluster, model) -> tuple[Layout, tuple[int, ...]]:
@@ -70,10 +74,17 @@ def fits(cluster: Cluster, model, layout: Layout, split: tuple[int, ...]) -> boo
     """Whether every card holds its share (plan.place; a CPU device has no check, as in `plan`). The last
     device must hold at least the output layer, which it always does."""
     s = layout.settings(split)
-    placements, _ = plan.place(model, layout.devices, [float(x) for x in s["llama_tensor_split"]],
-                               plan.context_of(cluster.settings), s["llama_n_gpu_layers"])
+    placements, _ = plan.place(
+        model,
+        layout.devices,
+        [float(x) for x in s["llama_tensor_split"]],
+        plan.context_of(cluster.settings),
+        s["llama_n_gpu_layers"],
+    )
     got = [len(p.layers) for p in placements]
-    return got == list(split[1:] if layout.cpu else split) and all(p.fits or not p.device.vram_bytes for p in placements)
+    return got == list(split[1:] if layout.cpu else split) and all(
+        p.fits or not p.device.vram_bytes for p in placements
+    )
 
 
 @dataclass
@@ -95,13 +106,15 @@ def sample(cluster: Cluster, n_predict: int = 32, long_repeats: int = 12) -> Sam
     short = client.complete(cluster, "Once upon a time", n_predict, ignore_eos=True)["timings"]
     prompt = long_prompt(cluster, long_repeats, room=n_predict + 16)
     long = client.complete(cluster, prompt, n_predict, ignore_eos=True)["timings"]
-    return Sample(generation=(short["predicted_per_second"] + long["predicted_per_second"]) / 2,
-                  prompt=long["prompt_per_second"])
+    return Sample(
+        generation=(short["predicted_per_second"] + long["predicted_per_second"]) / 2, prompt=long["prompt_per_second"]
+    )
 
 
 @dataclass
 class Server:
     """llama-server on the coordinator, switched between splits by its launch script (as rendered by the deploy)."""
+
     cluster: Cluster
     inventory: Path
     run: Callable  # deployment.ssh_runner's
@@ -128,12 +141,15 @@ class Server:
         self.image = self.ssh("docker inspect --format '{{.Config.Image}}' llama-server").strip()
         if not self.image:
             raise RuntimeError("llama-server is not running on the coordinator: deploy first")
-        rendered = render.coordinator_files(offline_cluster(self.inventory, overrides=self.overrides),
-                                            self.image)[self.script_path]
+        rendered = render.coordinator_files(offline_cluster(self.inventory, overrides=self.overrides), self.image)[
+            self.script_path
+        ]
         if rendered != self.deployed_script:  # the split measured as the start must be the one running
-            raise RuntimeError(f"{self.cluster.coordinator.name}: {self.script_path} is not what {self.inventory} "
-                               "(with these --data) renders: expected the settings deployed; deploy first, or "
-                               "give tune the deploy's --data")
+            raise RuntimeError(
+                f"{self.cluster.coordinator.name}: {self.script_path} is not what {self.inventory} "
+                "(with these --data) renders: expected the settings deployed; deploy first, or "
+                "give tune the deploy's --data"
+            )
         self.loaded = split
 
     def script(self, split: tuple[int, ...]) -> str:
@@ -142,8 +158,11 @@ class Server:
 
     def restart_with(self, text: str, bound: float) -> None:
         path = shlex.quote(self.script_path)
-        self.ssh(f"cat > {path}.tune && chmod 755 {path}.tune && mv {path}.tune {path} && "
-                 f"systemctl restart {roles.COORDINATOR_UNIT}", input=text)
+        self.ssh(
+            f"cat > {path}.tune && chmod 755 {path}.tune && mv {path}.tune {path} && "
+            f"systemctl restart {roles.COORDINATOR_UNIT}",
+            input=text,
+        )
         if until_serving(self.cluster, bound, expect_down=False).seconds is None:
             raise RuntimeError(f"llama-server did not serve within {bound:.0f} s of its restart")
 
@@ -182,43 +201,61 @@ class Report:
         return out
 
     def table(self) -> str:
-        rows = [f"{'split (' + ', '.join(self.places) + ')':<48} {'runs':>4} {self.objective + ' tokens/s':>22} {'vs deployed':>11}"]
+        rows = [
+            f"{'split (' + ', '.join(self.places) + ')':<48} {'runs':>4} {self.objective + ' tokens/s':>22} {'vs deployed':>11}"
+        ]
         base = statistics.median(self.by_split().get(self.start, [0.0])) or None
         for split, values in sorted(self.by_split().items(), key=lambda kv: -statistics.median(kv[1])):
             m = statistics.median(values)
             mark = " (deployed)" if split == self.start else ""
-            rows.append(f"{str(list(split)) + mark:<48} {len(values):>4} {m:>22.1f} "
-                        f"{(m / base if base else 0):>11.3f}")
+            rows.append(f"{str(list(split)) + mark:<48} {len(values):>4} {m:>22.1f} {(m / base if base else 0):>11.3f}")
         if self.switch_seconds:
-            rows.append(f"a candidate's switch (llama-server restarted with it, serving again): median "
-                        f"{statistics.median(self.switch_seconds):.1f} s over {len(self.switch_seconds)}")
+            rows.append(
+                f"a candidate's switch (llama-server restarted with it, serving again): median "
+                f"{statistics.median(self.switch_seconds):.1f} s over {len(self.switch_seconds)}"
+            )
         r = self.result
         if r:
-            verdict = ("beyond the noise" if r.significant else "within the noise: nothing to change")
-            rows.append(f"best: {list(r.best)}, {r.gain:.3f}x the deployed split {list(r.start)} "
-                        f"(95% interval {r.interval[0]:.3f} to {r.interval[1]:.3f}): {verdict}")
+            verdict = "beyond the noise" if r.significant else "within the noise: nothing to change"
+            rows.append(
+                f"best: {list(r.best)}, {r.gain:.3f}x the deployed split {list(r.start)} "
+                f"(95% interval {r.interval[0]:.3f} to {r.interval[1]:.3f}): {verdict}"
+            )
             rows.append(f"search: {len(r.measurements)} measurements; {r.reason}")
         return "\n".join(rows)
 
     def to_json(self) -> str:
         r = self.result
-        return json.dumps({
-            "places": self.places, "start": list(self.start), "objective": self.objective,
-            "best": list(r.best) if r else None, "gain": r.gain if r else None,
-            "interval": list(r.interval) if r else None, "significant": r.significant if r else None,
-            "reason": r.reason if r else None, "samples": self.samples,
-            "switch_seconds": [round(s, 2) for s in self.switch_seconds]}, indent=1)
+        return json.dumps(
+            {
+                "places": self.places,
+                "start": list(self.start),
+                "objective": self.objective,
+                "best": list(r.best) if r else None,
+                "gain": r.gain if r else None,
+                "interval": list(r.interval) if r else None,
+                "significant": r.significant if r else None,
+                "reason": r.reason if r else None,
+                "samples": self.samples,
+                "switch_seconds": [round(s, 2) for s in self.switch_seconds],
+            },
+            indent=1,
+        )
 
     def plot(self, path: Path) -> None:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
         by = sorted(self.by_split().items())
         fig, ax = plt.subplots(figsize=(max(6.4, 0.5 * len(by)), 4.2), dpi=100)
         for i, (split, values) in enumerate(by):
-            color = "tab:green" if self.result and split == self.result.best else (
-                "tab:orange" if split == self.start else "tab:blue")
+            color = (
+                "tab:green"
+                if self.result and split == self.result.best
+                else ("tab:orange" if split == self.start else "tab:blue")
+            )
             ax.plot([i] * len(values), values, "o", color=color, alpha=0.6)
             ax.plot([i - 0.3, i + 0.3], [statistics.median(values)] * 2, "-", color=color)
         ax.set_xticks(range(len(by)), [",".join(map(str, s)) for s, _ in by], rotation=60, fontsize=8)
@@ -236,16 +273,33 @@ def measurer(server: Server, report: Report, objective: str, log: Callable[[str]
         server.switch(split)
         s = sample(server.cluster)
         value = s.value(objective)
-        report.samples.append({"split": list(split), "generation": round(s.generation, 2),
-                               "prompt": round(s.prompt, 2), "value": round(value, 2), "at": round(time.time(), 1)})
+        report.samples.append(
+            {
+                "split": list(split),
+                "generation": round(s.generation, 2),
+                "prompt": round(s.prompt, 2),
+                "value": round(value, 2),
+                "at": round(time.time(), 1),
+            }
+        )
         log(f"  {list(split)}: {objective} {value:.1f} tokens/s")
         return value
+
     return measure
 
 
-def run(inventory: Path, *, objective: str = "generation", budget: int = 30, repeats: int = 3, confirm: int = 5,
-        sweep: bool = False, model: Path | None = None, overrides: dict | None = None,
-        log: Callable[[str], None] = print) -> Report:
+def run(
+    inventory: Path,
+    *,
+    objective: str = "generation",
+    budget: int = 30,
+    repeats: int = 3,
+    confirm: int = 5,
+    sweep: bool = False,
+    model: Path | None = None,
+    overrides: dict | None = None,
+    log: Callable[[str], None] = print,
+) -> Report:
     """Tune (or, with sweep, measure every split that fits, `repeats` rounds, each round in a new order) on the
     deployed cluster (as the inventory, with overrides as the deploy's --data, says); the deployed split is back in
     place when it returns or raises."""
@@ -254,8 +308,10 @@ def run(inventory: Path, *, objective: str = "generation", budget: int = 30, rep
     overrides = overrides or {}
     cluster = offline_cluster(inventory, overrides=overrides)
     if cluster.router:
-        raise ValueError("tune measures one model's split: with llama_models (models on demand) set, expected "
-                         "llama_models empty while tuning (tune the model alone, then add the others)")
+        raise ValueError(
+            "tune measures one model's split: with llama_models (models on demand) set, expected "
+            "llama_models empty while tuning (tune the model alone, then add the others)"
+        )
     header = model_header(cluster, inventory, model)
     layout, start = layout_of(cluster, header)
     ok = lambda split: fits(cluster, header, layout, split)  # noqa: E731
@@ -271,14 +327,17 @@ def run(inventory: Path, *, objective: str = "generation", budget: int = 30, rep
                 candidates = search.all_splits(sum(start), len(start), ok)
                 log(f"sweep: {len(candidates)} splits that fit, {repeats} rounds")
                 for r in range(repeats):
-                    for split in (candidates if r % 2 == 0 else candidates[::-1]):
+                    for split in candidates if r % 2 == 0 else candidates[::-1]:
                         measure(split)
                 report.sweep = {",".join(map(str, k)): v for k, v in report.by_split().items()}
             else:
-                log(f"tune: from the deployed split {list(start)} ({', '.join(layout.places)}), at most {budget} "
-                    f"measurements")
-                report.result = search.search(start, ok, measure, budget=budget, repeats=repeats,
-                                                   confirm=confirm, log=log)
+                log(
+                    f"tune: from the deployed split {list(start)} ({', '.join(layout.places)}), at most {budget} "
+                    f"measurements"
+                )
+                report.result = search.search(
+                    start, ok, measure, budget=budget, repeats=repeats, confirm=confirm, log=log
+                )
         finally:
             report.switch_seconds = server.switch_seconds
             log("putting the deployed split back")
@@ -295,9 +354,11 @@ def apply(inventory: Path, report: Report) -> Path | None:
     if r is None or not r.significant or r.best == r.start:
         return None
     path = writeback.target_file(offline_cluster(inventory), inventory, KEYS)
-    comment = (f"{time.strftime('%Y-%m-%d')}, {report.objective} tokens/s {r.gain:.3f}x the split "
-               f"{list(r.start)} ({r.interval[0]:.3f} to {r.interval[1]:.3f}), layers per place: "
-               f"{', '.join(report.places)} = {list(r.best)}")
+    comment = (
+        f"{time.strftime('%Y-%m-%d')}, {report.objective} tokens/s {r.gain:.3f}x the split "
+        f"{list(r.start)} ({r.interval[0]:.3f} to {r.interval[1]:.3f}), layers per place: "
+        f"{', '.join(report.places)} = {list(r.best)}"
+    )
     writeback.write_settings(path, report.layout.settings(r.best), comment)
     return path
 
@@ -308,8 +369,15 @@ def command(args) -> int:
         print(f"error: {PLOT_HINT}", file=sys.stderr)
         return 2
     try:
-        report = run(args.inventory, objective=args.objective, budget=args.budget, repeats=args.repeats,
-                     sweep=args.sweep, model=args.model, overrides=data_overrides(args.data))
+        report = run(
+            args.inventory,
+            objective=args.objective,
+            budget=args.budget,
+            repeats=args.repeats,
+            sweep=args.sweep,
+            model=args.model,
+            overrides=data_overrides(args.data),
+        )
     except KeyboardInterrupt:
         print("tune: stopped; the deployed split is back in place", file=sys.stderr)
         return 130
@@ -320,6 +388,9 @@ def command(args) -> int:
         report.plot(args.png)
     if args.apply:
         written = apply(args.inventory, report)
-        print(f"written to {written}: deploy again to use it (only llama-server restarts)" if written else
-              "nothing written: no split beyond the noise")
+        print(
+            f"written to {written}: deploy again to use it (only llama-server restarts)"
+            if written
+            else "nothing written: no split beyond the noise"
+        )
     return 0

@@ -11,6 +11,7 @@ from the start. Then a pattern (coordinate) search, not a grid: from the current
 across one boundary and take the first move that wins; when none does, halve the step. The split it ends on is then measured again against the start, on fresh alternating
 samples: the search's winning comparisons are its luckiest draws, the confirmation is what the gain is reported on.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,6 +43,7 @@ class TuneResult:
 
 # --- candidates ---
 
+
 def _minimum(places: int, minimum: Sequence[int] | None) -> Split:
     """The least count of each place: minimum, checked, or 0 everywhere."""
     if minimum is None:
@@ -51,8 +53,9 @@ def _minimum(places: int, minimum: Sequence[int] | None) -> Split:
     return tuple(minimum)
 
 
-def neighbours(split: Split, step: int, fits: Callable[[Split], bool],
-               minimum: Sequence[int] | None = None) -> list[Split]:
+def neighbours(
+    split: Split, step: int, fits: Callable[[Split], bool], minimum: Sequence[int] | None = None
+) -> list[Split]:
     """Every split that moves `step` layers across one boundary between places whose runs of layers meet: i and j > i
     with no layer on any place between them (adjacent places, or places with only empty ones between: an empty
     place does not part the runs). From i to j or j to i, keeping each count >= minimum[i] (default 0) and for
@@ -62,7 +65,7 @@ def neighbours(split: Split, step: int, fits: Callable[[Split], bool],
         raise ValueError(f"step {step}: expected at least 1 layer")
     low = _minimum(len(split), minimum)
     out = []
-    pairs = [(i, j) for i in range(len(split)) for j in range(i + 1, len(split)) if not any(split[i + 1:j])]
+    pairs = [(i, j) for i in range(len(split)) for j in range(i + 1, len(split)) if not any(split[i + 1 : j])]
     for i, j in pairs:
         for giver, taker in ((i, j), (j, i)):
             moved = list(split)
@@ -85,8 +88,9 @@ def _compositions(total: int, low: Split) -> Iterator[Split]:
             yield (first, *rest)
 
 
-def all_splits(total: int, places: int, fits: Callable[[Split], bool],
-               minimum: Sequence[int] | None = None) -> list[Split]:
+def all_splits(
+    total: int, places: int, fits: Callable[[Split], bool], minimum: Sequence[int] | None = None
+) -> list[Split]:
     """Every split of `total` layers over `places` places (each >= minimum[i]) that fits, in lexicographic order:
     the exhaustive sweep's candidates."""
     if places < 1:
@@ -109,6 +113,7 @@ def corners(split: Split, fits: Callable[[Split], bool], minimum: Sequence[int] 
 
 # --- statistics ---
 
+
 def _percentile(ordered: list[float], q: float) -> float:
     """The q-quantile of ordered (sorted) values, interpolated linearly between neighbouring ranks."""
     pos = q * (len(ordered) - 1)
@@ -117,8 +122,9 @@ def _percentile(ordered: list[float], q: float) -> float:
     return ordered[below] + (ordered[above] - ordered[below]) * (pos - below)
 
 
-def ratio_interval(base: list[float], other: list[float], draws: int = 4000,
-                   seed: int = 1) -> tuple[float, float, float]:
+def ratio_interval(
+    base: list[float], other: list[float], draws: int = 4000, seed: int = 1
+) -> tuple[float, float, float]:
     """(median(other) / median(base), low, high): the ratio and its 95% bootstrap interval (each list resampled
     independently with random.Random(seed): the same data always give the same interval). Medians, not means:
     one measurement disturbed by something else on the machine moves a median of a few samples far less."""
@@ -130,8 +136,10 @@ def ratio_interval(base: list[float], other: list[float], draws: int = 4000,
         raise ValueError(f"draws {draws}: expected at least 1")
     rng = random.Random(seed)
     ratio = statistics.median(other) / statistics.median(base)
-    ratios = sorted(statistics.median(rng.choices(other, k=len(other)))
-                    / statistics.median(rng.choices(base, k=len(base))) for _ in range(draws))
+    ratios = sorted(
+        statistics.median(rng.choices(other, k=len(other))) / statistics.median(rng.choices(base, k=len(base)))
+        for _ in range(draws)
+    )
     # The sample ratio sits well inside the bootstrap distribution; with very few draws a percentile could still
     # land past it, and an interval that does not contain its own estimate would read as nonsense.
     return ratio, min(_percentile(ratios, 0.025), ratio), max(_percentile(ratios, 0.975), ratio)
@@ -143,6 +151,7 @@ def _beyond_noise(low: float, ratio: float, min_gain: float) -> bool:
 
 
 # --- the search ---
+
 
 class _Recorder:
     """measure(), each call recorded as a Measurement (the result's list and the budget's count)."""
@@ -166,8 +175,9 @@ def _alternate(record: _Recorder, first: Split, second: Split, times: int) -> tu
     return a, b
 
 
-def _compare(record: _Recorder, current: Split, candidate: Split, repeats: int,
-             candidate_first: bool) -> tuple[list[float], list[float]]:
+def _compare(
+    record: _Recorder, current: Split, candidate: Split, repeats: int, candidate_first: bool
+) -> tuple[list[float], list[float]]:
     """(current's samples, candidate's), taken in alternation, candidate_first choosing who starts."""
     if candidate_first:
         theirs, ours = _alternate(record, candidate, current, repeats)
@@ -176,15 +186,24 @@ def _compare(record: _Recorder, current: Split, candidate: Split, repeats: int,
     return ours, theirs
 
 
-def _check(start: Split, fits: Callable[[Split], bool], budget: int, repeats: int, confirm: int,
-           step: int | None, minimum: Sequence[int] | None) -> None:
+def _check(
+    start: Split,
+    fits: Callable[[Split], bool],
+    budget: int,
+    repeats: int,
+    confirm: int,
+    step: int | None,
+    minimum: Sequence[int] | None,
+) -> None:
     """The arguments search() refuses, before it measures anything."""
     if repeats < 1 or confirm < 1:
         raise ValueError(f"repeats {repeats}, confirm {confirm}: expected at least 1 measurement each")
     need = 2 * confirm + 2 * repeats
     if budget < need:
-        raise ValueError(f"budget {budget}: expected at least {need} measurements (one comparison, 2 x {repeats}, "
-                         f"and the confirmation, 2 x {confirm})")
+        raise ValueError(
+            f"budget {budget}: expected at least {need} measurements (one comparison, 2 x {repeats}, "
+            f"and the confirmation, 2 x {confirm})"
+        )
     if step is not None and step < 1:
         raise ValueError(f"step {step}: expected at least 1 layer")
     low = _minimum(len(start), minimum)
@@ -194,8 +213,15 @@ def _check(start: Split, fits: Callable[[Split], bool], budget: int, repeats: in
         raise ValueError(f"start {list(start)}: does not fit, so it cannot be measured")
 
 
-def _wins(record: _Recorder, current: Split, candidate: Split, repeats: int, min_gain: float,
-          log: Callable[[str], None], won: str) -> bool:
+def _wins(
+    record: _Recorder,
+    current: Split,
+    candidate: Split,
+    repeats: int,
+    min_gain: float,
+    log: Callable[[str], None],
+    won: str,
+) -> bool:
     """One comparison, logged (`won` says what a win means): whether candidate is faster than current beyond the
     noise. The candidate is measured first in every odd comparison: each one, the corners' and the pattern
     search's, takes 2 * repeats measurements, so the count so far says which one this is."""
@@ -203,13 +229,24 @@ def _wins(record: _Recorder, current: Split, candidate: Split, repeats: int, min
     ours, theirs = _compare(record, current, candidate, repeats, candidate_first=candidate_first)
     ratio, low, high = ratio_interval(ours, theirs)
     faster = _beyond_noise(low, ratio, min_gain)
-    log(f"{list(candidate)} vs {list(current)}: {ratio:.3f}x ({low:.3f} to {high:.3f}): "
-        + (won if faster else "not faster beyond the noise"))
+    log(
+        f"{list(candidate)} vs {list(current)}: {ratio:.3f}x ({low:.3f} to {high:.3f}): "
+        + (won if faster else "not faster beyond the noise")
+    )
     return faster
 
 
-def _jump(start: Split, fits: Callable[[Split], bool], record: _Recorder, *, spendable: int, repeats: int,
-          min_gain: float, minimum: Sequence[int] | None, log: Callable[[str], None]) -> Split:
+def _jump(
+    start: Split,
+    fits: Callable[[Split], bool],
+    record: _Recorder,
+    *,
+    spendable: int,
+    repeats: int,
+    min_gain: float,
+    minimum: Sequence[int] | None,
+    log: Callable[[str], None],
+) -> Split:
     """Each corner compared with the best so far, in alternation: the split the pattern search starts from (start,
     unless a corner is faster beyond the noise)."""
     current = start
@@ -221,9 +258,18 @@ def _jump(start: Split, fits: Callable[[Split], bool], record: _Recorder, *, spe
     return current
 
 
-def _descend(start: Split, fits: Callable[[Split], bool], record: _Recorder, *, spendable: int, repeats: int,
-             min_gain: float, step: int, minimum: Sequence[int] | None,
-             log: Callable[[str], None]) -> tuple[Split, str]:
+def _descend(
+    start: Split,
+    fits: Callable[[Split], bool],
+    record: _Recorder,
+    *,
+    spendable: int,
+    repeats: int,
+    min_gain: float,
+    step: int,
+    minimum: Sequence[int] | None,
+    log: Callable[[str], None],
+) -> tuple[Split, str]:
     """The pattern search: (the split it ends on, why it stopped), using at most `spendable` measurements.
 
     Every move was a win, so each earlier current is slower than the present one: those are skipped as
@@ -236,8 +282,10 @@ def _descend(start: Split, fits: Callable[[Split], bool], record: _Recorder, *, 
             if candidate in visited:
                 continue
             if len(record.measurements) + 2 * repeats > spendable:
-                return current, (f"budget spent: {len(record.measurements)} measurements searched, "
-                                 f"too few left for another comparison")
+                return current, (
+                    f"budget spent: {len(record.measurements)} measurements searched, "
+                    f"too few left for another comparison"
+                )
             moved = _wins(record, current, candidate, repeats, min_gain, log, "faster, moving there")
             if moved:
                 current = candidate
@@ -249,8 +297,16 @@ def _descend(start: Split, fits: Callable[[Split], bool], record: _Recorder, *, 
     return current, f"step reached 0: no move of one layer from {list(current)} is faster beyond the noise"
 
 
-def _confirmed(start: Split, candidate: Split, record: _Recorder, *, confirm: int, min_gain: float, reason: str,
-               log: Callable[[str], None]) -> TuneResult:
+def _confirmed(
+    start: Split,
+    candidate: Split,
+    record: _Recorder,
+    *,
+    confirm: int,
+    min_gain: float,
+    reason: str,
+    log: Callable[[str], None],
+) -> TuneResult:
     """The result: candidate measured against start in alternation, kept only when the gain is beyond the noise."""
     if candidate == start:
         log(f"no split beat the start {list(start)}: nothing to confirm")
@@ -259,18 +315,31 @@ def _confirmed(start: Split, candidate: Split, record: _Recorder, *, confirm: in
     base, other = _alternate(record, start, candidate, confirm)
     gain, low, high = ratio_interval(base, other)
     significant = _beyond_noise(low, gain, min_gain)
-    log(f"{list(candidate)} vs the start {list(start)}: {gain:.3f}x ({low:.3f} to {high:.3f}): "
-        + ("confirmed" if significant else "within the noise, keeping the start"))
+    log(
+        f"{list(candidate)} vs the start {list(start)}: {gain:.3f}x ({low:.3f} to {high:.3f}): "
+        + ("confirmed" if significant else "within the noise, keeping the start")
+    )
     if not significant:
         reason += f"; {list(candidate)} not confirmed ({gain:.3f}x, within the noise)"
-    return TuneResult(start, candidate if significant else start, gain, (low, high), significant,
-                      record.measurements, reason)
+    return TuneResult(
+        start, candidate if significant else start, gain, (low, high), significant, record.measurements, reason
+    )
 
 
-def search(start: Split, fits: Callable[[Split], bool], measure: Callable[[Split], float], *, budget: int,
-           repeats: int = 3, confirm: int = 5, min_gain: float = 0.01, step: int | None = None,
-           minimum: Sequence[int] | None = None, jump: bool = True,
-           log: Callable[[str], None] = lambda line: None) -> TuneResult:
+def search(
+    start: Split,
+    fits: Callable[[Split], bool],
+    measure: Callable[[Split], float],
+    *,
+    budget: int,
+    repeats: int = 3,
+    confirm: int = 5,
+    min_gain: float = 0.01,
+    step: int | None = None,
+    minimum: Sequence[int] | None = None,
+    jump: bool = True,
+    log: Callable[[str], None] = lambda line: None,
+) -> TuneResult:
     """The fastest split near start, by a pattern search of alternating comparisons, then confirmed against start.
     With jump, the corners (every layer on one place) are compared first, and the search starts from the fastest
     of them when it beats start beyond the noise.
@@ -282,9 +351,21 @@ def search(start: Split, fits: Callable[[Split], bool], measure: Callable[[Split
     _check(start, fits, budget, repeats, confirm, step, minimum)
     record = _Recorder(measure)
     spendable = budget - 2 * confirm
-    origin = _jump(start, fits, record, spendable=spendable, repeats=repeats, min_gain=min_gain, minimum=minimum,
-                   log=log) if jump else start
-    best, reason = _descend(origin, fits, record, spendable=spendable, repeats=repeats,
-                            min_gain=min_gain, step=step or max(1, sum(start) // 4), minimum=minimum, log=log)
+    origin = (
+        _jump(start, fits, record, spendable=spendable, repeats=repeats, min_gain=min_gain, minimum=minimum, log=log)
+        if jump
+        else start
+    )
+    best, reason = _descend(
+        origin,
+        fits,
+        record,
+        spendable=spendable,
+        repeats=repeats,
+        min_gain=min_gain,
+        step=step or max(1, sum(start) // 4),
+        minimum=minimum,
+        log=log,
+    )
     log(f"search stopped: {reason}")
     return _confirmed(start, best, record, confirm=confirm, min_gain=min_gain, reason=reason, log=log)

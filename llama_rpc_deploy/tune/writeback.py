@@ -8,6 +8,7 @@ ruamel round-trip dump is not used, as it re-spaces lines it did not change ('ke
 The new text is read back with the project's own reader (userdata.load_yaml) before it replaces the file, so a
 write that would change any other value, or leave a file the deploy cannot read, is refused, the file as it was.
 """
+
 from __future__ import annotations
 
 import io
@@ -39,6 +40,7 @@ class ApplyError(SettingsError):
 
 # --- which file ---
 
+
 def target_file(cluster, inventory_path: Path, keys: Sequence[str]) -> Path:
     """The group_data YAML file to write `keys` into: the file each key's current value came from
     (cluster.coordinator.origins[key] names group_data/<group>.yml:LINE:COL); for a key still at its default,
@@ -55,8 +57,10 @@ def target_file(cluster, inventory_path: Path, keys: Sequence[str]) -> Path:
     files = sorted(set(sources.values()) - {None})
     if len(files) > 1:
         where = ", ".join(f"{key} from {path}" for key, path in sources.items() if path is not None)
-        raise ApplyError(f"{where}: the settings tune writes come from different files: "
-                         "expected them in one group_data/*.yml file (move one next to the other)")
+        raise ApplyError(
+            f"{where}: the settings tune writes come from different files: "
+            "expected them in one group_data/*.yml file (move one next to the other)"
+        )
     return files[0] if files else _default_file(inventory_path, folders)
 
 
@@ -68,9 +72,11 @@ def _source_file(key: str, value: object, origin: str, folders: list[Path]) -> P
     found = _YAML_ORIGIN.fullmatch(origin)
     if found is None:
         # --data, the host's own data in the inventory (both above every group_data file), or a Python group file
-        raise ApplyError(f"{origin}: {key} = {value!r} is set there, and tune --apply writes only group_data/*.yml "
-                         "files, which cannot override it: expected you to edit it there, or remove it and run "
-                         "tune --apply again")
+        raise ApplyError(
+            f"{origin}: {key} = {value!r} is set there, and tune --apply writes only group_data/*.yml "
+            "files, which cannot override it: expected you to edit it there, or remove it and run "
+            "tune --apply again"
+        )
     shown = found.group("file")
     if shown.startswith("group_data/"):
         # pyinfra reads every folder, the later over the earlier: the last whose file writes the value there
@@ -78,9 +84,11 @@ def _source_file(key: str, value: object, origin: str, folders: list[Path]) -> P
             path = folder / shown.removeprefix("group_data/")
             if load_yaml(path, shown)[1].get(key) == origin:
                 return path
-    raise ApplyError(f"{origin}: {key} = {value!r} is set there: expected it in a .yml file of a group_data "
-                     f"folder of this inventory ({', '.join(map(str, folders)) or 'none found'}) for tune --apply "
-                     "to write it; edit it there")
+    raise ApplyError(
+        f"{origin}: {key} = {value!r} is set there: expected it in a .yml file of a group_data "
+        f"folder of this inventory ({', '.join(map(str, folders)) or 'none found'}) for tune --apply "
+        "to write it; edit it there"
+    )
 
 
 def _default_file(inventory_path: Path, folders: list[Path]) -> Path:
@@ -92,11 +100,14 @@ def _default_file(inventory_path: Path, folders: list[Path]) -> Path:
         loader = folder / f"{COORDINATOR}.py"
         if loader.is_file() and "group_vars(" in loader.read_text(encoding="utf-8"):
             return loader.with_suffix(".yml")
-    raise ApplyError(f"{mine / (COORDINATOR + '.py')}: no loader of {COORDINATOR}.yml there: expected the one-line "
-                     "loader of this project's group_data/coordinator.py, so that the settings tune writes are read")
+    raise ApplyError(
+        f"{mine / (COORDINATOR + '.py')}: no loader of {COORDINATOR}.yml there: expected the one-line "
+        "loader of this project's group_data/coordinator.py, so that the settings tune writes are read"
+    )
 
 
 # --- writing ---
+
 
 def write_settings(path: Path, values: dict[str, object], comment: str) -> str:
     """Set each key of `values` at the top level of the YAML file `path`, keeping every other line, comment, blank
@@ -135,8 +146,7 @@ def _edits(path: Path, text: str, values: dict[str, object], tune_line: str) -> 
     above the topmost of them (old ones above the others dropped), and the lines appended for absent keys."""
     newline = "\r\n" if "\r\n" in text else "\n"
     spans = _top_level_spans(path, text)
-    edits = [(start, end, _entry(key, values[key]))
-             for key, (start, end, _) in spans.items() if key in values]
+    edits = [(start, end, _entry(key, values[key])) for key, (start, end, _) in spans.items() if key in values]
     present = sorted(span for key, span in spans.items() if key in values)
     for start, _, column in present:
         new = " " * column + tune_line + newline if start == present[0][0] else ""
@@ -166,15 +176,20 @@ def _top_level_spans(path: Path, text: str) -> dict[str, tuple[int, int, int]]:
     alone would not do: an empty value's mark lies past the comments after it, an alias's at its anchor."""
     try:
         root = YAML().compose(text)
-        tokens = [t for t in YAML().scan(text) if t.end_mark.index > t.start_mark.index
-                  and not isinstance(t, DocumentEndToken)]
+        tokens = [
+            t
+            for t in YAML().scan(text)
+            if t.end_mark.index > t.start_mark.index and not isinstance(t, DocumentEndToken)
+        ]
     except YAMLError as error:  # the project's reader accepted it: a construct only ruamel refuses
         raise ApplyError(f"{path}: {' '.join(str(error).split())}: expected YAML that ruamel.yaml reads") from None
     if not isinstance(root, MappingNode):
         return {}  # empty, or only comments (load_yaml has refused any other top level)
     if root.flow_style:
-        raise ApplyError(f"{path}:{root.start_mark.line + 1}: the top level is a mapping in braces ({{...}}): "
-                         "expected 'name: value' lines, to change one in place")
+        raise ApplyError(
+            f"{path}:{root.start_mark.line + 1}: the top level is a mapping in braces ({{...}}): "
+            "expected 'name: value' lines, to change one in place"
+        )
     starts = sorted(k.start_mark.index for k, _ in root.value) + [len(text)]
     spans = {}
     for key_node, _ in root.value:
@@ -197,8 +212,9 @@ def _entry(key: str, value: object) -> str:
     try:
         writer.dump({key: value}, out)
     except YAMLError as error:
-        raise ApplyError(f"{key} = {value!r}: {' '.join(str(error).split())}: expected numbers, strings, "
-                         "lists or mappings") from None
+        raise ApplyError(
+            f"{key} = {value!r}: {' '.join(str(error).split())}: expected numbers, strings, lists or mappings"
+        ) from None
     return out.getvalue().strip()[1:-1]
 
 
@@ -239,5 +255,7 @@ def _check_reads_back(written: Path, path: Path, expected: dict, shown: str) -> 
         raise ApplyError(f"{error} (once {shown} is written; nothing was written)") from None
     if got != expected:  # e.g. the string 'yes', which ruamel writes plain (YAML 1.2) and PyYAML reads as true
         changed = ", ".join(f"{k} = {got.get(k)!r}" for k in sorted({*got, *expected}) if got.get(k) != expected.get(k))
-        raise ApplyError(f"{path}: {shown} would read back as {changed}: expected the values as written and every "
-                         "other unchanged; nothing was written")
+        raise ApplyError(
+            f"{path}: {shown} would read back as {changed}: expected the values as written and every "
+            "other unchanged; nothing was written"
+        )

@@ -1,4 +1,5 @@
 """The end-to-end tests' fixtures; what they share besides is in lab_helpers.py."""
+
 from __future__ import annotations
 
 import json
@@ -39,14 +40,32 @@ def alone(cluster):
     s = cluster.settings
     image = from_cluster(cluster, with_key=False).image
     host = cluster.coordinator.address
-    args = ["--model", s["llama_model_path"], "--host", host, "--port", ALONE_PORT, "--ctx-size", s["llama_ctx_size"],
-            "--parallel", s["llama_parallel"], "--cache-type-k", s["llama_cache_type_k"],
-            "--cache-type-v", s["llama_cache_type_v"], "--flash-attn", s["llama_flash_attn"],
-            *(["--threads", s["llama_threads"]] if s["llama_threads"] else [])]
+    args = [
+        "--model",
+        s["llama_model_path"],
+        "--host",
+        host,
+        "--port",
+        ALONE_PORT,
+        "--ctx-size",
+        s["llama_ctx_size"],
+        "--parallel",
+        s["llama_parallel"],
+        "--cache-type-k",
+        s["llama_cache_type_k"],
+        "--cache-type-v",
+        s["llama_cache_type_v"],
+        "--flash-attn",
+        s["llama_flash_attn"],
+        *(["--threads", s["llama_threads"]] if s["llama_threads"] else []),
+    ]
     model_dir = s["llama_model_path"].rsplit("/", 1)[0]
     on(COORDINATOR, f"docker rm -f {ALONE} >/dev/null 2>&1")
-    started = on(COORDINATOR, f"docker run -d --rm --name {ALONE} --network host -v {model_dir}:{model_dir}:ro "
-                              f"{image} server {' '.join(str(a) for a in args)}")
+    started = on(
+        COORDINATOR,
+        f"docker run -d --rm --name {ALONE} --network host -v {model_dir}:{model_dir}:ro "
+        f"{image} server {' '.join(str(a) for a in args)}",
+    )
     assert started.returncode == 0, started.stderr
     url = f"http://{host}:{ALONE_PORT}"
     try:
@@ -59,7 +78,9 @@ def alone(cluster):
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail("the lone llama-server did not come up:\n" + on(COORDINATOR, f"docker logs {ALONE}").stderr[-3000:])
+                pytest.fail(
+                    "the lone llama-server did not come up:\n" + on(COORDINATOR, f"docker logs {ALONE}").stderr[-3000:]
+                )
             time.sleep(1)
         yield url
     finally:

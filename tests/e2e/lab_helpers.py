@@ -1,6 +1,7 @@
 """What the end-to-end tests share (no test module imports another; the fixtures are in conftest.py): running the
 deploy on the lab and commands on its hosts, reading pyinfra's JSON, the hosts' state, and asking the deployed
 llama-server through OpenAI's client."""
+
 from __future__ import annotations
 
 import json
@@ -19,20 +20,27 @@ from llama_rpc_deploy.quoting import shell
 
 needs_docker = pytest.mark.skipif(
     shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode != 0,
-    reason="needs a running Docker engine (scripts/setup-machine.sh starts one)")
+    reason="needs a running Docker engine (scripts/setup-machine.sh starts one)",
+)
 WORKERS = 2  # one coordinator and two workers: the deploy must handle more than one worker
 INVENTORY = lab.LAB_DIR / "inventory.py"
 
 
 def pyinfra(*args: str, timeout: int = 3000) -> subprocess.CompletedProcess:
-    return subprocess.run(["pyinfra", "-y", *args, str(INVENTORY), "deploy.py"], cwd=PROJECT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["pyinfra", "-y", *args, str(INVENTORY), "deploy.py"],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def on(host_index: int, command: str) -> subprocess.CompletedProcess:
     name = lab.host_names(WORKERS)[host_index]
-    return subprocess.run(["docker", "exec", f"{lab.PREFIX}-{name}", "sh", "-c", command],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        ["docker", "exec", f"{lab.PREFIX}-{name}", "sh", "-c", command], capture_output=True, text=True
+    )
 
 
 def operations(result: subprocess.CompletedProcess) -> list[dict]:
@@ -46,13 +54,15 @@ def changed(ops: list[dict], prefix: str) -> list[str]:
 
 
 # what a failed deploy must leave as it was on every host: files, services, containers, images, firewall
-STATE = ("sha256sum /opt/llama-rpc/* /etc/systemd/system/rpc-server.service /etc/systemd/system/llama-server.service "
-         "/etc/systemd/system/llama-rpc-tunnel.service /etc/llama-rpc/* /etc/llama-rpc-tunnel/* "
-         "/root/.ssh/authorized_keys 2>/dev/null; "
-         "find /models /var/cache/llama-rpc -exec stat -c '%n %s %Y' {} + 2>/dev/null | sort; "
-         "systemctl show -p ActiveEnterTimestampMonotonic -p NRestarts rpc-server llama-server llama-rpc-tunnel; "
-         "for c in $(docker ps -q); do docker inspect --format '{{.Name}} {{.State.StartedAt}}' $c; done | sort; "
-         "docker images -q | sort; iptables -S")
+STATE = (
+    "sha256sum /opt/llama-rpc/* /etc/systemd/system/rpc-server.service /etc/systemd/system/llama-server.service "
+    "/etc/systemd/system/llama-rpc-tunnel.service /etc/llama-rpc/* /etc/llama-rpc-tunnel/* "
+    "/root/.ssh/authorized_keys 2>/dev/null; "
+    "find /models /var/cache/llama-rpc -exec stat -c '%n %s %Y' {} + 2>/dev/null | sort; "
+    "systemctl show -p ActiveEnterTimestampMonotonic -p NRestarts rpc-server llama-server llama-rpc-tunnel; "
+    "for c in $(docker ps -q); do docker inspect --format '{{.Name}} {{.State.StartedAt}}' $c; done | sort; "
+    "docker images -q | sort; iptables -S"
+)
 
 
 def deployed_and_serving():
@@ -69,9 +79,12 @@ def deployed_and_serving():
 
 def snapshot() -> dict[str, str]:
     """STATE on every lab host."""
-    return {name: subprocess.run(["docker", "exec", f"{lab.PREFIX}-{name}", "sh", "-c", STATE],
-                                 capture_output=True, text=True).stdout
-            for name in lab.host_names(WORKERS)}
+    return {
+        name: subprocess.run(
+            ["docker", "exec", f"{lab.PREFIX}-{name}", "sh", "-c", STATE], capture_output=True, text=True
+        ).stdout
+        for name in lab.host_names(WORKERS)
+    }
 
 
 # --- the image transfer (test_lab_layers.py, test_lab_vulkan.py) ---
@@ -85,8 +98,9 @@ def send(cluster, image: str, have, worker: int = 0) -> subprocess.CompletedProc
     """The deploy's transfer command to the worker of that index, run on the coordinator under bash as the deploy
     runs it, with `have` as the worker's images."""
     lab.put_file("coordinator", WORKER_LAYERS, transfer.layers_text(have))
-    command = transfer.send_command(image, cluster.workers[worker].address, layers_file=WORKER_LAYERS,
-                                    skip_layers=SKIP_LAYERS_FILTER)
+    command = transfer.send_command(
+        image, cluster.workers[worker].address, layers_file=WORKER_LAYERS, skip_layers=SKIP_LAYERS_FILTER
+    )
     return on(0, f"bash -c {shell(command)}")
 
 
@@ -113,14 +127,22 @@ def api(cluster) -> OpenAI:
 
 
 def request() -> dict:
-    return dict(model="lab", messages=[{"role": "user", "content": PROMPT}], temperature=0,
-                max_tokens=len(sentence_tokens()), logprobs=True, top_logprobs=TOP)
+    return dict(
+        model="lab",
+        messages=[{"role": "user", "content": PROMPT}],
+        temperature=0,
+        max_tokens=len(sentence_tokens()),
+        logprobs=True,
+        top_logprobs=TOP,
+    )
 
 
 def steps(items) -> list[tuple]:
     """Per generated token: (its id or text, {top id or text: logprob}). llama-server adds `id`."""
+
     def key(x):
         return getattr(x, "id", None) if getattr(x, "id", None) is not None else x.token
+
     return [(key(item), {key(t): t.logprob for t in item.top_logprobs}) for item in items]
 
 

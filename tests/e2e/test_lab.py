@@ -4,6 +4,7 @@ lab up -> deploy -> the testinfra verification suite -> a second deploy changes 
 The lab is reused when it is already up (its images survive), so one worker's image is removed first:
 every run then proves the transfer, and that a worker which has the image is left alone.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,15 +39,22 @@ def test_deploy_succeeds_and_sends_the_image_where_it_is_missing(deployed):
     ops = operations(first)
     assert changed(ops, f"Send {d.image} to {worker2}") == [d.cluster.coordinator.name]  # runs on the coordinator
     # worker2's rpc-server restarted, so llama-server must have (re)started in this run, one way or the other
-    assert d.cluster.coordinator.name in (changed(ops, "llama-server running and enabled")
-                                          + changed(ops, "Restart llama-server after its workers restarted"))
+    assert d.cluster.coordinator.name in (
+        changed(ops, "llama-server running and enabled")
+        + changed(ops, "Restart llama-server after its workers restarted")
+    )
     have = on(2, f"docker image inspect --format '{{{{.Id}}}}' {d.image}").stdout.strip()
     assert have == on(0, f"docker image inspect --format '{{{{.Id}}}}' {d.image}").stdout.strip()
 
 
 def test_verification_suite_passes(deployed):
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/verify",
-                             "--inventory", str(INVENTORY)], cwd=PROJECT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/verify", "--inventory", str(INVENTORY)],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-6000:]
     assert " passed" in result.stdout and "failed" not in result.stdout
 
@@ -55,8 +63,12 @@ def test_second_deploy_changes_nothing_and_sends_no_image(deployed):
     ops = operations(pyinfra("--json"))
     made_changes = {op["name"]: op["success"] for op in ops if op["success"]}
     assert made_changes == {}
-    assert not any(op["name"].startswith(("Carry the image to the workers | Send", "Build the image once, on the coordinator | Build llama"))
-                   for op in ops)
+    assert not any(
+        op["name"].startswith(
+            ("Carry the image to the workers | Send", "Build the image once, on the coordinator | Build llama")
+        )
+        for op in ops
+    )
 
 
 def test_dry_run_shows_no_change(deployed):
@@ -71,8 +83,11 @@ def test_interrupted_transfer_tags_nothing(deployed):
     d, _, _ = deployed
     image_id = on(1, f"docker image inspect --format '{{{{.Id}}}}' {d.image}").stdout.strip()
     bogus = "llama-rpc:interrupted-test"
-    result = on(1, f"docker save {image_id} | head -c 20000000 | zstd -q -c | "
-                   f"SSH_ORIGINAL_COMMAND='receive {image_id} {bogus}' /opt/llama-rpc/receive-image.sh")
+    result = on(
+        1,
+        f"docker save {image_id} | head -c 20000000 | zstd -q -c | "
+        f"SSH_ORIGINAL_COMMAND='receive {image_id} {bogus}' /opt/llama-rpc/receive-image.sh",
+    )
     assert result.returncode != 0
     assert "nothing tagged" in result.stderr or "did not contain" in result.stderr
     assert on(1, f"docker image inspect {bogus}").returncode != 0
@@ -110,14 +125,23 @@ def test_two_workers_changed_in_different_ways_deploy_in_one_run(deployed, tmp_p
     line = f'("{worker1}", {{**SSH, **LAB_WORKER}})'
     assert line in lab_inventory
     variant = tmp_path / "inventory.py"
-    variant.write_text(lab_inventory.replace(line, f'("{worker1}", {{**SSH, **LAB_WORKER, "rpc_threads": 2}})')
-                       + f"\nsmall_cache = [{worker2!r}]\n")
+    variant.write_text(
+        lab_inventory.replace(line, f'("{worker1}", {{**SSH, **LAB_WORKER, "rpc_threads": 2}})')
+        + f"\nsmall_cache = [{worker2!r}]\n"
+    )
     (tmp_path / "group_data").mkdir()
     (tmp_path / "group_data" / "small_cache.py").write_text((PROJECT / "group_data" / "workers.py").read_text())
     (tmp_path / "group_data" / "small_cache.yml").write_text("rpc_cache_max_gib: 7\n")
 
-    ops = operations(subprocess.run(["pyinfra", "-y", "--json", str(variant), "deploy.py"], cwd=PROJECT,
-                                    capture_output=True, text=True, timeout=1200))
+    ops = operations(
+        subprocess.run(
+            ["pyinfra", "-y", "--json", str(variant), "deploy.py"],
+            cwd=PROJECT,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
+    )
     assert changed(ops, "Install /opt/llama-rpc/rpc-server.sh") == [worker1]
     assert changed(ops, "Keep /opt/llama-rpc/rpc-server.sh as") == [worker1]
     assert set(changed(ops, "Install /etc/systemd/system/rpc-cache-prune")) == {worker2}

@@ -3,6 +3,7 @@
 Each must stop the run with exit status 1 and one line naming the file, the key, the value and what
 was expected, and leave every host as it was: no file changed, no service or container restarted.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -18,17 +19,31 @@ from .lab_helpers import WORKERS, needs_docker, snapshot
 from ..bad_configs import CASES, Bad, expected_words, on_coordinator, on_worker, write_case
 
 pytestmark = needs_docker
+
+
 @pytest.fixture(scope="module")
 def base():
     inventory = lab.up(workers=WORKERS)
     # a model file only root can read (its content does not matter: the check stops before it is read)
-    subprocess.run(["docker", "exec", f"{lab.PREFIX}-coordinator", "sh", "-c",
-                    "head -c 64 /models/lab.gguf > /models/private.gguf && chmod 600 /models/private.gguf"], check=True)
+    subprocess.run(
+        [
+            "docker",
+            "exec",
+            f"{lab.PREFIX}-coordinator",
+            "sh",
+            "-c",
+            "head -c 64 /models/lab.gguf > /models/private.gguf && chmod 600 /models/private.gguf",
+        ],
+        check=True,
+    )
     # a port some other program holds, on the coordinator and on the first worker (a transient unit)
     taker = f"systemd-run --unit={PORT_TAKER} /usr/bin/systemd-socket-activate -l {TAKEN_PORT} /bin/cat"
     for host in ("coordinator", "worker1"):
-        subprocess.run(["docker", "exec", f"{lab.PREFIX}-{host}", "sh", "-c", f"systemctl stop {PORT_TAKER} 2>/dev/null; {taker}"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["docker", "exec", f"{lab.PREFIX}-{host}", "sh", "-c", f"systemctl stop {PORT_TAKER} 2>/dev/null; {taker}"],
+            check=True,
+            capture_output=True,
+        )
     yield inventory
     for host in ("coordinator", "worker1"):
         subprocess.run(["docker", "exec", f"{lab.PREFIX}-{host}", "systemctl", "stop", PORT_TAKER], capture_output=True)
@@ -40,12 +55,15 @@ def refused_untouched(case: Bad, base, tmp_path) -> str:
     hosts = load_inventory(base)
     inventory = write_case(base, case, tmp_path / "inventory.py")
     before = snapshot()
-    result = subprocess.run(["pyinfra", "-y", str(inventory), "deploy.py"], cwd=PROJECT,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        ["pyinfra", "-y", str(inventory), "deploy.py"], cwd=PROJECT, capture_output=True, text=True, timeout=300
+    )
     after = snapshot()
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-3000:]
-    for words in expected_words(case, inventory, hosts.get_group("coordinator")[0].name, hosts.get_group("workers")[0].name):
+    for words in expected_words(
+        case, inventory, hosts.get_group("coordinator")[0].name, hosts.get_group("workers")[0].name
+    ):
         assert words in output
     # the refusal is our own line alone: no "pyinfra error in /.../llama_rpc_deploy/x.py line N:" before it
     assert "pyinfra error" not in output and "Traceback" not in output, output[-3000:]
@@ -61,28 +79,68 @@ def test_bad_configuration_touches_no_host(case, base, tmp_path):
 
 PORT_TAKER, TAKEN_PORT = "llama-rpc-test-port-taker", 18999
 HOST_CASES = [
-    Bad("model-missing-on-coordinator", on_coordinator('{"llama_model_path": "/models/missing.gguf"}'),
-        ("{c}: llama_model_path = '/models/missing.gguf': no such file on the coordinator",)),
-    Bad("llama-port-taken", on_coordinator(f'{{"llama_port": {TAKEN_PORT}}}'),
-        (f"port {TAKEN_PORT} is taken by systemd-socket-: expected it free for the front (change llama_port)",)),
-    Bad("llama-server-port-taken", on_coordinator(f'{{"llama_server_port": {TAKEN_PORT}}}'),
-        (f"port {TAKEN_PORT} is taken by systemd-socket-: expected it free for llama-server (change llama_server_port)",)),
-    Bad("rpc-port-taken", on_worker(f'{{"rpc_port": {TAKEN_PORT}}}'),
-        (f"port {TAKEN_PORT} is taken by systemd-socket-: expected it free for rpc-server (change rpc_port)",)),
-    Bad("gpu-host-without-nvidia-runtime",
+    Bad(
+        "model-missing-on-coordinator",
+        on_coordinator('{"llama_model_path": "/models/missing.gguf"}'),
+        ("{c}: llama_model_path = '/models/missing.gguf': no such file on the coordinator",),
+    ),
+    Bad(
+        "llama-port-taken",
+        on_coordinator(f'{{"llama_port": {TAKEN_PORT}}}'),
+        (f"port {TAKEN_PORT} is taken by systemd-socket-: expected it free for the front (change llama_port)",),
+    ),
+    Bad(
+        "llama-server-port-taken",
+        on_coordinator(f'{{"llama_server_port": {TAKEN_PORT}}}'),
+        (
+            f"port {TAKEN_PORT} is taken by systemd-socket-: expected it free for llama-server (change llama_server_port)",
+        ),
+    ),
+    Bad(
+        "rpc-port-taken",
+        on_worker(f'{{"rpc_port": {TAKEN_PORT}}}'),
+        (f"port {TAKEN_PORT} is taken by systemd-socket-: expected it free for rpc-server (change rpc_port)",),
+    ),
+    Bad(
+        "gpu-host-without-nvidia-runtime",
         on_coordinator('{"image_backend": "cuda", "gpus": ["RTX 4080"], "llama_tensor_split": None}'),
-        ("image_backend = 'cuda' ({c}) and gpus = ['RTX 4080'] ({c}) but Docker has no nvidia runtime: expected the "
-         "NVIDIA Container Toolkit",)),
-    Bad("cuda-worker-without-nvidia-runtime", on_worker('{"image_backend": "cuda", "gpus": ["RTX 4080"]}'),
-        ("image_backend = 'cuda' ({w}) and gpus = ['RTX 4080'] ({w}) but Docker has no nvidia runtime",)),
-    Bad("vulkan-worker-without-a-vulkan-device", on_worker('{"image_backend": "vulkan", "gpus": ["RX 7900 XTX"]}'),
-        ("image_backend = 'vulkan' ({w}) and gpus = ['RX 7900 XTX'] ({w}) but no Vulkan device: no /dev/dri/renderD* "
-         "on the host", "or gpus = [] for the CPU's Vulkan device (lavapipe)")),
-    Bad("model-unreadable-by-the-service-user", on_coordinator('{"llama_model_path": "/models/private.gguf"}'),
-        ("{c}: llama_model_path = '/models/private.gguf': llama-server runs as the unprivileged user llama-rpc, "
-         "which cannot read it", "chmod o+r FILE")),
-    Bad("worker-sshd-unreachable", on_worker('{"transfer_ssh_port": 2}'),
-        ("cannot reach", "sshd at", ":2: the coordinator sends the image that way",)),
+        (
+            "image_backend = 'cuda' ({c}) and gpus = ['RTX 4080'] ({c}) but Docker has no nvidia runtime: expected the "
+            "NVIDIA Container Toolkit",
+        ),
+    ),
+    Bad(
+        "cuda-worker-without-nvidia-runtime",
+        on_worker('{"image_backend": "cuda", "gpus": ["RTX 4080"]}'),
+        ("image_backend = 'cuda' ({w}) and gpus = ['RTX 4080'] ({w}) but Docker has no nvidia runtime",),
+    ),
+    Bad(
+        "vulkan-worker-without-a-vulkan-device",
+        on_worker('{"image_backend": "vulkan", "gpus": ["RX 7900 XTX"]}'),
+        (
+            "image_backend = 'vulkan' ({w}) and gpus = ['RX 7900 XTX'] ({w}) but no Vulkan device: no /dev/dri/renderD* "
+            "on the host",
+            "or gpus = [] for the CPU's Vulkan device (lavapipe)",
+        ),
+    ),
+    Bad(
+        "model-unreadable-by-the-service-user",
+        on_coordinator('{"llama_model_path": "/models/private.gguf"}'),
+        (
+            "{c}: llama_model_path = '/models/private.gguf': llama-server runs as the unprivileged user llama-rpc, "
+            "which cannot read it",
+            "chmod o+r FILE",
+        ),
+    ),
+    Bad(
+        "worker-sshd-unreachable",
+        on_worker('{"transfer_ssh_port": 2}'),
+        (
+            "cannot reach",
+            "sshd at",
+            ":2: the coordinator sends the image that way",
+        ),
+    ),
 ]
 
 

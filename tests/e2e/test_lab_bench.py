@@ -1,4 +1,5 @@
 """`bench` against the deployed lab: a table, JSON and a PNG, with the planner's ceiling."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,26 @@ def test_bench_writes_table_json_and_png(tmp_path):
     lab.up(workers=WORKERS)
     operations(pyinfra("--json"))
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
-    result = subprocess.run([sys.executable, "-m", "llama_rpc_deploy", "bench", "-i", str(INVENTORY), "--streams", "1,2",
-                             "--json", str(out_json), "--png", str(out_png)], cwd=PROJECT, capture_output=True,
-                            text=True, timeout=900)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llama_rpc_deploy",
+            "bench",
+            "-i",
+            str(INVENTORY),
+            "--streams",
+            "1,2",
+            "--json",
+            str(out_json),
+            "--png",
+            str(out_png),
+        ],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(out_json.read_text())
     assert figures["generation_tokens_per_s"] > 0 and figures["prompt_tokens_per_s"] > 0
@@ -32,5 +50,5 @@ def test_bench_writes_table_json_and_png(tmp_path):
     # each worker's tensor cache, as bench read it over SSH, against the files counted on the worker itself
     for index, (worker, (size, limit)) in enumerate(figures["tensor_cache"].items(), start=1):
         files = on(index, "find /var/cache/llama-rpc/rpc -maxdepth 1 -type f -printf '%s\\n'").stdout.split()
-        assert size == sum(int(n) for n in files) and limit == 64 * 2 ** 30, worker
-        assert f"tensor cache on {worker}: {size / 2 ** 20:.1f} MiB of its 64 GiB limit" in result.stdout
+        assert size == sum(int(n) for n in files) and limit == 64 * 2**30, worker
+        assert f"tensor cache on {worker}: {size / 2**20:.1f} MiB of its 64 GiB limit" in result.stdout

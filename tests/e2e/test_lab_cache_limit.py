@@ -7,6 +7,7 @@ second) with a limit of 0.04 GiB (41 MiB), below each worker's share. Through th
 of llama-server, each worker's cache is under the limit once its timer has run, the pruner did
 remove files, and the model answers after every reload.
 """
+
 import re
 import subprocess
 import time
@@ -52,7 +53,7 @@ def cluster(tmp_path_factory):
 
 
 def test_the_cache_stays_under_its_limit_across_reloads_and_the_model_serves(cluster):
-    limit = int(LIMIT_GIB * 2 ** 30)
+    limit = int(LIMIT_GIB * 2**30)
     folders = [cache_dir(w) for w in cluster.workers]
     since = on(1, "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
     for reload in range(RELOADS):

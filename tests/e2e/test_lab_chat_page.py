@@ -9,6 +9,7 @@ LLAMA_RPC_CHAT_URL points the test at another llama-server (one started by hand 
 file); without it the test brings the lab up, deploys, and opens the coordinator's page.
 Needs: apt-get install chromium chromium-driver; pip install selenium.
 """
+
 from __future__ import annotations
 
 import json
@@ -57,8 +58,14 @@ def page_url() -> str:
 def browser():
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1280,900", "--lang=en-US"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1280,900",
+        "--lang=en-US",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
     driver.set_page_load_timeout(60)
@@ -83,7 +90,8 @@ def test_page_itself_needs_no_key_and_the_api_does(page_url):
 
 def click_button(driver, text: str, timeout: float = 30) -> None:
     WebDriverWait(driver, timeout).until(
-        ec.element_to_be_clickable((By.XPATH, f'//button[normalize-space(.)="{text}"]'))).click()
+        ec.element_to_be_clickable((By.XPATH, f'//button[normalize-space(.)="{text}"]'))
+    ).click()
 
 
 def test_chat_page_takes_the_key_and_streams_a_reply(page_url, browser):
@@ -96,9 +104,12 @@ def test_chat_page_takes_the_key_and_streams_a_reply(page_url, browser):
     field.send_keys(api_key())
     click_button(browser, "Save & Retry")
     WebDriverWait(browser, 30).until(ec.text_to_be_present_in_element((By.TAG_NAME, "body"), "validated"))
-    stored = json.loads(browser.execute_script(
-        "for (const k of Object.keys(localStorage)) if (k.endsWith('.config')) return localStorage.getItem(k);"
-        " return '{}';"))
+    stored = json.loads(
+        browser.execute_script(
+            "for (const k of Object.keys(localStorage)) if (k.endsWith('.config')) return localStorage.getItem(k);"
+            " return '{}';"
+        )
+    )
     assert stored.get("apiKey") == api_key()  # in the page's settings, sent with every request
 
     # then the chat screen: type, press Enter, watch the reply stream in

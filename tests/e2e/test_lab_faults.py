@@ -3,6 +3,7 @@
 Every test starts from a serving cluster and leaves one behind. Recovery times are printed
 (pytest -s shows them) and bounded by the assertions; docs/faults.md has the measured figures.
 """
+
 from __future__ import annotations
 
 import signal
@@ -60,8 +61,6 @@ def restart_host(index: int) -> float:
     return time.monotonic() - start
 
 
-
-
 def test_worker_host_restart(cluster):
     """The worker reboots; llama-server, which cannot reconnect, is restarted (by its watchdog, or after a
     crash). (Whether /health is seen down depends on timing: the front holds the completion this waits with
@@ -107,8 +106,14 @@ def image_id(index: int, image: str) -> str:
 
 def deploy_killed_when(words: str, *args: str, timeout: float = 900) -> str:
     """Start a deploy and kill it (SIGKILL, the whole process group) as soon as its output shows `words`."""
-    process = subprocess.Popen(["pyinfra", "-y", *args, str(INVENTORY), "deploy.py"], cwd=PROJECT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        ["pyinfra", "-y", *args, str(INVENTORY), "deploy.py"],
+        cwd=PROJECT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     seen = []
     deadline = time.monotonic() + timeout
     for line in process.stdout:
@@ -151,8 +156,11 @@ def test_a_worker_on_another_rpc_protocol_is_refused_by_name(cluster):
     address, port = worker.rpc_bind, worker.settings["rpc_port"]
     reply = r"\034\0\0\0\0\0\0\0\006\001\0\0" + r"\0" * 24  # size 28, then 6.1.0, padding, capabilities
     on(WORKER1, "systemctl stop rpc-server-watchdog rpc-server")
-    on(WORKER1, f"setsid sh -c 'while :; do printf \"{reply}\" | nc -l -N {address} {port}; done' >/dev/null 2>&1 & "
-                "echo $! > /run/fake-rpc-server.pid")
+    on(
+        WORKER1,
+        f"setsid sh -c 'while :; do printf \"{reply}\" | nc -l -N {address} {port}; done' >/dev/null 2>&1 & "
+        "echo $! > /run/fake-rpc-server.pid",
+    )
     try:
         on(COORDINATOR, "systemctl restart --no-block llama-server")
         deadline, log = time.monotonic() + 60, ""
@@ -170,8 +178,14 @@ def test_a_version_that_fails_its_health_check_is_rolled_back(cluster):
     scripts and units back on every host, keeps the failed version's files and logs, and says so."""
     scripts = "cat /opt/llama-rpc/*.sh /etc/systemd/system/rpc-server.service /etc/systemd/system/llama-server.service 2>/dev/null"
     before = [on(i, scripts).stdout for i in range(WORKERS + 1)]
-    result = pyinfra("--data", 'rpc_extra_args=["--no-such-flag"]', "--data", "llama_health_timeout=30",
-                     "--data", "rpc_wait_timeout=20")  # the coordinator's files change too, and are put back
+    result = pyinfra(
+        "--data",
+        'rpc_extra_args=["--no-such-flag"]',
+        "--data",
+        "llama_health_timeout=30",
+        "--data",
+        "rpc_wait_timeout=20",
+    )  # the coordinator's files change too, and are put back
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-3000:]
     assert "the new version failed its health check" in output and "every host is back on the previous" in output
@@ -180,7 +194,10 @@ def test_a_version_that_fails_its_health_check_is_rolled_back(cluster):
     report("rolled back, serving again after the deploy ended", recovery.seconds)
     assert recovery.seconds is not None
     kept = on(WORKER1, "ls -t /var/lib/llama-rpc/failed | head -1").stdout.strip()
-    failed = on(WORKER1, f"cat /var/lib/llama-rpc/failed/{kept}/rpc-server.sh /var/lib/llama-rpc/failed/{kept}/rpc-server.service.log").stdout
+    failed = on(
+        WORKER1,
+        f"cat /var/lib/llama-rpc/failed/{kept}/rpc-server.sh /var/lib/llama-rpc/failed/{kept}/rpc-server.service.log",
+    ).stdout
     assert "--no-such-flag" in failed  # the failed launch script, and rpc-server's complaint about it in its log
     assert on(COORDINATOR, f"test -s /var/lib/llama-rpc/failed/{kept}/llama-server.service.log").returncode == 0
     ops = operations(pyinfra("--json"))  # the rolled-back state is what group_data says: nothing to change
@@ -205,7 +222,9 @@ def test_load_four_clients_steady_and_through_a_worker_restart(cluster):
     faulty = run_load(cluster, clients=4, requests_each=40, n_predict=16, timeout=60, during=restart_worker)
     t_restart = restarted["at"] - start
     failures = sorted(r.start for r in faulty.failed)
-    print(f"[load] with a worker restart at {t_restart:.1f} s: {faulty.summary()}; "
-          f"the slowest request took {max(r.seconds for r in faulty.requests):.1f} s (held through the restart)")
+    print(
+        f"[load] with a worker restart at {t_restart:.1f} s: {faulty.summary()}; "
+        f"the slowest request took {max(r.seconds for r in faulty.requests):.1f} s (held through the restart)"
+    )
     assert len(faulty.requests) == 160
     assert failures == [], faulty.summary()  # before the front: 48 of 160 failed within 6.4 s of the restart

@@ -4,6 +4,7 @@ Every family of tests/families.py, over the grid of tests/oracle.py: llama-fit-p
 coordinator's image, with two loopback rpc-servers of the same image as the devices, must agree with
 the planner within 3% on each device's weights and KV cache.
 """
+
 import subprocess
 from pathlib import Path
 
@@ -27,8 +28,19 @@ def copy_sparse(local: Path, container: str, remote: str) -> None:
     then truncated there to its full size."""
     header = GGUFReader(str(local)).data_offset
     with open(local, "rb") as f:
-        subprocess.run(["docker", "exec", "-i", container, "sh", "-c", f"cat > {remote} && truncate -s "
-                        f"{local.stat().st_size} {remote}"], input=f.read(header), check=True)
+        subprocess.run(
+            [
+                "docker",
+                "exec",
+                "-i",
+                container,
+                "sh",
+                "-c",
+                f"cat > {remote} && truncate -s {local.stat().st_size} {remote}",
+            ],
+            input=f.read(header),
+            check=True,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +54,30 @@ def figures(tmp_path_factory):
     for name, write in FAMILIES.items():
         copy_sparse(write(folder / f"{name}.gguf"), container, f"{FOLDER}/{name}.gguf")
     script = oracle.script(oracle.grid(), "/oracle", bin_dir="/app")
-    run = subprocess.run(["docker", "exec", "-i", container, "docker", "run", "--rm", "-i", "--network", "none",
-                          "--volume", f"{FOLDER}:/oracle:ro", "--entrypoint", "sh", image, "-s"],
-                         input=script, capture_output=True, text=True, timeout=1800)
+    run = subprocess.run(
+        [
+            "docker",
+            "exec",
+            "-i",
+            container,
+            "docker",
+            "run",
+            "--rm",
+            "-i",
+            "--network",
+            "none",
+            "--volume",
+            f"{FOLDER}:/oracle:ro",
+            "--entrypoint",
+            "sh",
+            image,
+            "-s",
+        ],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     subprocess.run(["docker", "exec", container, "rm", "-rf", FOLDER], check=True)
     assert run.returncode == 0, run.stderr[-2000:]
     return {name: read_model(folder / f"{name}.gguf") for name in FAMILIES}, oracle.results(run.stdout)

@@ -5,6 +5,7 @@ random bytes. Sent with the deploy's command to a worker that has the deployed i
 crosses the link and the worker gets the same image ID; a stream that leaves out a layer the worker
 lacks is refused and nothing is tagged.
 """
+
 import json
 
 import pytest
@@ -22,8 +23,11 @@ PROBE = "llama-rpc-layer-probe"
 def probe():
     cluster = deployed_and_serving()
     image = from_cluster(cluster).image
-    built = on(0, f"printf 'FROM {image}\\nRUN head -c {NEW_BYTES} /dev/urandom > /probe\\n' | "
-                  f"docker build -q -t {PROBE}:1 - && docker image inspect --format '{{{{.Id}}}}' {PROBE}:1")
+    built = on(
+        0,
+        f"printf 'FROM {image}\\nRUN head -c {NEW_BYTES} /dev/urandom > /probe\\n' | "
+        f"docker build -q -t {PROBE}:1 - && docker image inspect --format '{{{{.Id}}}}' {PROBE}:1",
+    )
     assert built.returncode == 0, built.stderr
     try:
         yield cluster, built.stdout.split()[-1]

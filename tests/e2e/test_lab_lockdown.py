@@ -5,6 +5,7 @@ that stops it, not the network); the coordinator can. Without the API key llama-
 outsider, with it it answers. A worker reboot keeps the rule, once. A new key replaces the old one and
 is never printed, not even by pyinfra --diff.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,10 @@ def opens(run, address: str, port: int) -> bool:
 def http(run, cluster, path: str, key: str | None = None) -> str:
     """The HTTP status code that machine gets for a completion request."""
     auth = f"-H 'Authorization: Bearer {key}'" if key else ""
-    return run(f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 60 {auth} -H 'Content-Type: application/json' "
-               f"-d '{{\"prompt\": \"hi\", \"n_predict\": 2}}' {client.server_url(cluster)}{path}").stdout
+    return run(
+        f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 60 {auth} -H 'Content-Type: application/json' "
+        f'-d \'{{"prompt": "hi", "n_predict": 2}}\' {client.server_url(cluster)}{path}'
+    ).stdout
 
 
 def test_outsider_cannot_open_the_rpc_port_but_the_coordinator_can(cluster):

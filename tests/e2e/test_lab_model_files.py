@@ -6,6 +6,7 @@ load and recite SENTENCE; an image request must be answered (the image's 16 toke
 projector must sit where the planner put it (RPC0, the first of --device), and the unified KV cache
 must be the size the planner says, per device, as llama-server's own load report gives it.
 """
+
 import base64
 import io
 import subprocess
@@ -44,8 +45,11 @@ def deployed(tmp_path_factory):
     for path in files:
         subprocess.run(["docker", "cp", str(path), f"{container}:{FOLDER}/{path.name}"], check=True)
     assert on(0, f"chmod 644 {FOLDER}/*").returncode == 0
-    data = {"llama_model_path": f"{FOLDER}/{first.name}", "llama_mmproj_path": f"{FOLDER}/{projector.name}",
-            "llama_kv_unified": True}
+    data = {
+        "llama_model_path": f"{FOLDER}/{first.name}",
+        "llama_mmproj_path": f"{FOLDER}/{projector.name}",
+        "llama_kv_unified": True,
+    }
     args = [a for key, value in data.items() for a in ("--data", f"{key}={value}")]
     try:
         ops = operations(pyinfra(*args, "--json"))
@@ -74,8 +78,9 @@ def test_the_split_model_is_read_shard_by_shard(deployed):
 
 def test_the_split_model_recites_the_sentence(deployed):
     cluster, _, _, _ = deployed
-    reply = api(cluster).chat.completions.create(model="lab", messages=[{"role": "user", "content": PROMPT}],
-                                                  temperature=0, max_tokens=len(sentence_tokens()))
+    reply = api(cluster).chat.completions.create(
+        model="lab", messages=[{"role": "user", "content": PROMPT}], temperature=0, max_tokens=len(sentence_tokens())
+    )
     assert reply.choices[0].message.content == SENTENCE
 
 
@@ -84,10 +89,12 @@ def test_an_image_request_is_answered(deployed):
     (GGML_ASSERT(batch.size() > 0), tools/server/server-context.cpp:3576) with this model's bare template."""
     cluster, _, _, _ = deployed
     content = [{"type": "image_url", "image_url": {"url": png()}}, {"type": "text", "text": PROMPT}]
-    reply = api(cluster).chat.completions.create(model="lab", messages=[{"role": "user", "content": content}],
-                                                  temperature=0, max_tokens=8)
-    text_only = api(cluster).chat.completions.create(model="lab", messages=[{"role": "user", "content": PROMPT}],
-                                                      temperature=0, max_tokens=1)
+    reply = api(cluster).chat.completions.create(
+        model="lab", messages=[{"role": "user", "content": content}], temperature=0, max_tokens=8
+    )
+    text_only = api(cluster).chat.completions.create(
+        model="lab", messages=[{"role": "user", "content": PROMPT}], temperature=0, max_tokens=1
+    )
     assert reply.usage.completion_tokens > 0 and reply.choices[0].message.content
     assert reply.usage.prompt_tokens == text_only.usage.prompt_tokens + 16  # 64x64 / 16x16 patches
 

@@ -5,6 +5,7 @@ another text, with its own context, slots and split. Requests alternate between 
 answered by its own model; each model's placement, as llama-server's load report gives it, must be the
 one the planner computed with that model's settings.
 """
+
 import json
 import subprocess
 import time
@@ -22,17 +23,26 @@ from .lab_helpers import INVENTORY, api, changed, deployed_and_serving, needs_do
 
 pytestmark = needs_docker
 FOLDER = "/models/on-demand"  # on the coordinator: a folder of its own, so it is mounted apart (/models-1)
-SECOND = {"llama_model_path": f"{FOLDER}/second.gguf", "llama_ctx_size": 1024, "llama_parallel": 1,
-          "llama_tensor_split": [1, 3]}
-TEXTS = {"lab": (PROMPT, SENTENCE), "second": (PROMPT_2, SENTENCE_2), "first": (PROMPT, SENTENCE)}  # first: a copy of lab
+SECOND = {
+    "llama_model_path": f"{FOLDER}/second.gguf",
+    "llama_ctx_size": 1024,
+    "llama_parallel": 1,
+    "llama_tensor_split": [1, 3],
+}
+TEXTS = {
+    "lab": (PROMPT, SENTENCE),
+    "second": (PROMPT_2, SENTENCE_2),
+    "first": (PROMPT, SENTENCE),
+}  # first: a copy of lab
 
 
 @pytest.fixture(scope="module")
 def router(tmp_path_factory):
     """The lab deployed with llama_models = {second: ...}; the lab's one model again afterwards."""
     deployed_and_serving()
-    local = write_sentence_model(tmp_path_factory.mktemp("second") / "second.gguf", lab.MODEL_SHAPE,
-                                 prompt=PROMPT_2, sentence=SENTENCE_2)
+    local = write_sentence_model(
+        tmp_path_factory.mktemp("second") / "second.gguf", lab.MODEL_SHAPE, prompt=PROMPT_2, sentence=SENTENCE_2
+    )
     container = f"{lab.PREFIX}-{lab.host_names(1)[0]}"
     assert on(0, f"rm -rf {FOLDER} && mkdir -p {FOLDER} && chmod 755 {FOLDER}").returncode == 0
     subprocess.run(["docker", "cp", str(local), f"{container}:{SECOND['llama_model_path']}"], check=True)
@@ -48,8 +58,9 @@ def router(tmp_path_factory):
 
 def ask(cluster, model: str) -> str:
     prompt, sentence = TEXTS[model]
-    reply = api(cluster).chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}],
-                                                  temperature=0, max_tokens=len(sentence.split()) + 4)
+    reply = api(cluster).chat.completions.create(
+        model=model, messages=[{"role": "user", "content": prompt}], temperature=0, max_tokens=len(sentence.split()) + 4
+    )
     assert reply.model == model
     return reply.choices[0].message.content
 
@@ -93,7 +104,6 @@ def test_each_model_is_placed_as_planned_with_its_own_settings(router, model):
     if model == "second":  # its own split (1,3), not the shared one (1,1): the figures above tell them apart
         shared = plan_cluster(cluster, read_model(local))
         assert [round(p.weights / MIB) for p in shared.placements] != [round(p.weights / MIB) for p in plan.placements]
-
 
 
 def test_a_redeploy_leaves_the_model_a_client_loaded(router):

@@ -6,6 +6,7 @@ The figures for every fault (a worker's reboot, network cuts, an upgrade, the wa
 front's cost) come from benchmarks/no_request_lost.py, in docs/no-request-lost.md; these tests check
 the behaviour, each from a serving lab, and leave one behind.
 """
+
 from __future__ import annotations
 
 import threading
@@ -36,16 +37,21 @@ def front_counters() -> dict[str, int]:
 
 def api(cluster) -> OpenAI:
     key = api_key(cluster) if cluster.settings["llama_api_key_file"] else None
-    return OpenAI(base_url=client.server_url(cluster) + "/v1", api_key=key or "no-key-needed", timeout=120,
-                  max_retries=0)
+    return OpenAI(
+        base_url=client.server_url(cluster) + "/v1", api_key=key or "no-key-needed", timeout=120, max_retries=0
+    )
 
 
 def stream(cluster, max_tokens: int, first_chunk: threading.Event | None = None) -> int:
     """One streamed chat completion through the front; the number of chunks with text."""
     chunks = 0
     for chunk in api(cluster).chat.completions.create(
-            model="lab", messages=[{"role": "user", "content": "Tell me about computers"}], max_tokens=max_tokens,
-            stream=True, extra_body={"ignore_eos": True}):
+        model="lab",
+        messages=[{"role": "user", "content": "Tell me about computers"}],
+        max_tokens=max_tokens,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    ):
         if chunk.choices and chunk.choices[0].delta.content:
             chunks += 1
             if first_chunk is not None:
@@ -67,8 +73,10 @@ def test_rpc_server_killed_under_load_fails_no_request(cluster):
     start = time.monotonic()
     load = run_load(cluster, clients=4, requests_each=40, n_predict=16, timeout=300, during=kill)
     slowest = max(r.seconds for r in load.requests)
-    print(f"\n[front] rpc-server killed at {killed['at'] - start:.1f} s: {load.summary()}; slowest request {slowest:.1f} s; "
-          f"front {before} -> {front_counters()}")
+    print(
+        f"\n[front] rpc-server killed at {killed['at'] - start:.1f} s: {load.summary()}; slowest request {slowest:.1f} s; "
+        f"front {before} -> {front_counters()}"
+    )
     assert len(load.requests) == 160
     assert load.failed == [], load.summary()
     assert front_counters()["held"] > before.get("held", 0)  # the requests waited in the front: the crash was real
@@ -125,8 +133,10 @@ def test_a_redeploy_that_restarts_llama_server_fails_no_request(cluster):
         stop.set()
         thread.join(300)
         back = operations(pyinfra("--json", timeout=900))  # the lab's own settings again
-    print(f"\n[front] redeploy with llama_ctx_size 4096 under load: {load.summary()}; streamed {len(streamed)} "
-          f"answers, errors {errors}")
+    print(
+        f"\n[front] redeploy with llama_ctx_size 4096 under load: {load.summary()}; streamed {len(streamed)} "
+        f"answers, errors {errors}"
+    )
     ops = deploy["ops"]
     assert changed(ops, "llama-server running and enabled: restarted") == [cluster.coordinator.name]
     assert changed(ops, "rpc-server running and enabled: restarted") == []
@@ -155,7 +165,9 @@ def test_held_past_the_hold_the_client_gets_503_with_retry_after(cluster):
             client.complete(cluster, "anyone there?", 4, timeout=60)
         waited = time.monotonic() - begin
         body = held.value.read().decode()
-        print(f"\n[front] held {waited:.1f} s, then {held.value.code} Retry-After {held.value.headers.get('Retry-After')}: {body}")
+        print(
+            f"\n[front] held {waited:.1f} s, then {held.value.code} Retry-After {held.value.headers.get('Retry-After')}: {body}"
+        )
         assert held.value.code == 503 and held.value.headers.get("Retry-After") == "5"
         assert "llama_front_hold_seconds" in body
         assert 4 <= waited < 15

@@ -7,6 +7,7 @@ lab hosts at the top of this machine's tree (cgroup v1, --cgroupns=host) and kep
 own processes were pinned: benchmarks/tool_overhead.py compared pinned bare processes with floating containers
 (issue 25; docs/tool-overhead.md).
 """
+
 import os
 
 import pytest
@@ -23,15 +24,21 @@ EVERY = f"0-{LAST}"
 
 def deployed_cores(host: int) -> set[str]:
     """The cores the deployed llama.cpp processes on a lab host may use (Cpus_allowed_list, as the kernel says)."""
-    result = on(host, "for p in $(pgrep -f '^/app/(llama|rpc)-server'); do "
-                      "sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/$p/status 2>/dev/null; done; true")
+    result = on(
+        host,
+        "for p in $(pgrep -f '^/app/(llama|rpc)-server'); do "
+        "sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/$p/status 2>/dev/null; done; true",
+    )
     assert result.stdout.split(), f"no deployed llama.cpp process on lab host {host}: {result.stderr}"
     return set(result.stdout.split())
 
 
 def new_container_cores(host: int, image: str) -> str:
-    result = on(host, f"docker run --rm --entrypoint sh {image} -c "
-                      "'sed -n \"s/^Cpus_allowed_list:[[:space:]]*//p\" /proc/self/status'")
+    result = on(
+        host,
+        f"docker run --rm --entrypoint sh {image} -c "
+        "'sed -n \"s/^Cpus_allowed_list:[[:space:]]*//p\" /proc/self/status'",
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 

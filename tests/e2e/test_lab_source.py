@@ -1,6 +1,7 @@
 """The path every real user takes: the coordinator downloads the pinned llama.cpp commit from GitHub (here a
 lab host that serves the tarball at GitHub's path), checks its sha256, and builds it; a corrupted or
 substituted tarball is refused with a clear message, and nothing changes on any host."""
+
 from __future__ import annotations
 
 import json
@@ -32,11 +33,15 @@ def github(tmp_path_factory):
     base = lab.mirror({path: good})
     url = f"{base}{lab.GITHUB_PATH}"
     if LOCK.is_file():  # start from first use: nothing recorded for this URL
-        LOCK.write_text(json.dumps({k: v for k, v in json.loads(LOCK.read_text()).items()
-                                    if k != url.format(ref=REF)}))
+        LOCK.write_text(json.dumps({k: v for k, v in json.loads(LOCK.read_text()).items() if k != url.format(ref=REF)}))
     on(0, "rm -f /var/lib/llama-rpc/build/llama.cpp.tar.gz")
-    yield {"args": ["--data", "llama_cpp_source=null", "--data", f"llama_cpp_url={url}"], "url": url.format(ref=REF),
-           "good": good, "substituted": substituted, "path": path}
+    yield {
+        "args": ["--data", "llama_cpp_source=null", "--data", f"llama_cpp_url={url}"],
+        "url": url.format(ref=REF),
+        "good": good,
+        "substituted": substituted,
+        "path": path,
+    }
     lab.mirror({path: good})
     operations(pyinfra("--json"))  # back on the lab's own source (that image is still there: no build)
 
@@ -50,8 +55,13 @@ def test_first_deploy_downloads_checks_builds_and_records_the_sha256(github):
     assert bool(built) == bool(changed(ops, "Build llama-rpc:"))
     if built and int(built.group(1)) > FIRST_LOOK_SECONDS + 1:  # a build that takes a while shows it is alive
         assert f"[{lab.ip_of(0)}] building, " in result.stderr
-    build_info = json.loads(on(0, f"curl -fsS -H 'Authorization: Bearer {lab.ensure_api_key().read_text().strip()}' "
-                                  f"http://{lab.ip_of(0)}:8080/props").stdout)["build_info"]
+    build_info = json.loads(
+        on(
+            0,
+            f"curl -fsS -H 'Authorization: Bearer {lab.ensure_api_key().read_text().strip()}' "
+            f"http://{lab.ip_of(0)}:8080/props",
+        ).stdout
+    )["build_info"]
     assert build_info == f"b{DEFAULTS['llama_cpp_build_number']}-{REF[:8]}"
 
 
@@ -67,8 +77,10 @@ def test_a_substituted_tarball_is_refused_and_nothing_changes(github):
     result = pyinfra(*github["args"])
     assert result.returncode == 1
     expected = sha256_file(github["good"])
-    assert (f"the llama.cpp source from {github['url']} has sha256 {sha256_file(github['substituted'])}, "
-            f"expected {expected}") in result.stdout + result.stderr
+    assert (
+        f"the llama.cpp source from {github['url']} has sha256 {sha256_file(github['substituted'])}, "
+        f"expected {expected}"
+    ) in result.stdout + result.stderr
     assert snapshot() == before
     assert json.loads(LOCK.read_text())[github["url"]] == expected  # the record stands
 

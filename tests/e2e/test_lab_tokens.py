@@ -9,6 +9,7 @@ step by a logit margin of more than 12 (tests/unit/test_testmodel.py), so roundi
 correct servers differ, while every layer moves the logits: a layer skipped or garbled on a worker
 changes the text or, at the least, the log-probabilities.
 """
+
 from __future__ import annotations
 
 import pytest

@@ -3,6 +3,7 @@ the oracle), clients lose no request while tune restarts llama-server, and the d
 also after Ctrl-C. The search's figures (a sweep against tune, asymmetric and symmetric lab) come from
 benchmarks/tune_lab.py, in docs/tune.md.
 """
+
 from __future__ import annotations
 
 import threading
@@ -31,13 +32,22 @@ def deployed():
 
 def loaded_report():
     """llama.cpp's last load report in llama-server's journal (the lines `status` reads too)."""
-    return load_report.parse(on(0, "journalctl -u llama-server -o cat --no-pager -n 20000 | "
-                                   "grep -E 'buffer size|loaded meta data|load_model: loading'").stdout)
+    return load_report.parse(
+        on(
+            0,
+            "journalctl -u llama-server -o cat --no-pager -n 20000 | "
+            "grep -E 'buffer size|loaded meta data|load_model: loading'",
+        ).stdout
+    )
 
 
 def test_the_lab_split_is_read_as_llama_cpp_loaded_it(deployed):
     cluster, model, layout, start = deployed
-    assert layout.places == ["CPU (coordinator)", f"RPC0 ({cluster.workers[0].name})", f"RPC1 ({cluster.workers[1].name})"]
+    assert layout.places == [
+        "CPU (coordinator)",
+        f"RPC0 ({cluster.workers[0].name})",
+        f"RPC1 ({cluster.workers[1].name})",
+    ]
     assert start == (3, 3, 2)  # the lab's llama_n_gpu_layers 6 and llama_tensor_split [1, 1]
     report = loaded_report()
     for worker, count in zip(cluster.workers, start[1:]):
@@ -55,17 +65,26 @@ def test_a_candidate_loads_as_asked_with_no_request_lost_and_the_deployed_split_
         server = tune.Server(cluster=cluster, inventory=INVENTORY, run=run, layout=layout)
         server.start(start)
         result = {}
-        load = threading.Thread(target=lambda: result.setdefault("load", run_load(
-            cluster, clients=4, requests_each=12, n_predict=16, timeout=300)))
+        load = threading.Thread(
+            target=lambda: result.setdefault(
+                "load", run_load(cluster, clients=4, requests_each=12, n_predict=16, timeout=300)
+            )
+        )
         load.start()
         try:
             server.switch(candidate)
             settings = layout.settings(candidate)
-            assert f"--tensor-split {','.join(map(str, settings['llama_tensor_split']))}" in on(0, f"cat {SCRIPT}").stdout
+            assert (
+                f"--tensor-split {','.join(map(str, settings['llama_tensor_split']))}" in on(0, f"cat {SCRIPT}").stdout
+            )
             report = loaded_report()
-            placements, _ = place(model, layout.devices, [float(x) for x in settings["llama_tensor_split"]],
-                                  Context(cluster.settings["llama_ctx_size"], cluster.settings["llama_parallel"]),
-                                  settings["llama_n_gpu_layers"])
+            placements, _ = place(
+                model,
+                layout.devices,
+                [float(x) for x in settings["llama_tensor_split"]],
+                Context(cluster.settings["llama_ctx_size"], cluster.settings["llama_parallel"]),
+                settings["llama_n_gpu_layers"],
+            )
             for worker, p in zip(cluster.workers, placements):
                 assert len(p.layers) == candidate[1 + cluster.workers.index(worker)]
                 assert report.on(worker.rpc_endpoint, "model") == [pytest.approx(p.weights / MIB, rel=0.03, abs=0.02)]

@@ -7,6 +7,7 @@ own. The same probe from the real coordinator, through its tunnels, gets the ans
 succeed. Raising rpc_tunnel_key_generation puts new keys on every host without failing a request, and the
 new keys carry llama-server's next connections.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,7 +28,7 @@ pytestmark = [needs_docker, pytest.mark.usefixtures("serving_afterwards")]
 # The probe an impostor runs (python3 on a lab host): for each HOST:PORT, whether a TCP connection opens, and
 # what comes back for an RPC HELLO sent in clear, over TLS without a certificate, and over TLS with a
 # certificate of its own that names itself the coordinator (made here by openssl, as an attacker would).
-PROBE = r'''
+PROBE = r"""
 import json, socket, ssl, subprocess, sys
 HELLO = bytes([14]) + (24).to_bytes(8, "little") + bytes(24)
 subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
@@ -67,14 +68,18 @@ for target in sys.argv[3:]:
     if sys.argv[2] == "all":  # (not at a tunnel's end on the coordinator: the TLS bytes would go on to rpc-server)
         out[target].update(tls=hello(host, port, False), tls_own_cert=hello(host, port, True))
 print(json.dumps(out))
-'''
+"""
 ANSWERED = (28).to_bytes(8, "little").hex()  # rpc-server's reply to HELLO starts with its size, 28
 
 
 def probe(container: str, mode: str, *targets: str) -> dict:
     """mode: 'clear' (HELLO in clear only) or 'all'."""
-    result = subprocess.run(["docker", "exec", container, "python3", "-c", PROBE, tunnel.tunnel_name(lab.ip_of(0)),
-                             mode, *targets], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        ["docker", "exec", container, "python3", "-c", PROBE, tunnel.tunnel_name(lab.ip_of(0)), mode, *targets],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -98,8 +103,9 @@ def test_an_impostor_with_the_coordinators_address_completes_no_rpc_hello(cluste
         network("connect", "--ip", lab.ip_of(0), lab.NETWORK, outsider)
         for index in range(1, WORKERS + 1):
             on(index, "ip neigh flush all")  # the workers forget the coordinator's hardware address
-        targets = [w.rpc_remote for w in cluster.workers] + [f"{w.settings['rpc_host'] or w.address}:"
-                                                            f"{w.settings['rpc_port']}" for w in cluster.workers]
+        targets = [w.rpc_remote for w in cluster.workers] + [
+            f"{w.settings['rpc_host'] or w.address}:{w.settings['rpc_port']}" for w in cluster.workers
+        ]
         seen = probe(outsider, "all", *targets)
         for w in cluster.workers:
             tls = seen[w.rpc_remote]
@@ -114,8 +120,10 @@ def test_an_impostor_with_the_coordinators_address_completes_no_rpc_hello(cluste
         assert "certificate" in log.lower() or "peer did not return a certificate" in log.lower(), log[-2000:]
     finally:
         subprocess.run(["docker", "network", "disconnect", lab.NETWORK, outsider], capture_output=True)
-        subprocess.run(["docker", "network", "connect", "--ip", lab.ip_of(lab.OUTSIDER_IP_INDEX), lab.NETWORK, outsider],
-                       capture_output=True)
+        subprocess.run(
+            ["docker", "network", "connect", "--ip", lab.ip_of(lab.OUTSIDER_IP_INDEX), lab.NETWORK, outsider],
+            capture_output=True,
+        )
         lab.reconnect(coordinator, lab.ip_of(0))
         for index in range(1, WORKERS + 1):
             on(index, "ip neigh flush all")
@@ -143,7 +151,9 @@ def test_keys_rotate_with_one_setting_and_no_request_fails(cluster):
     assert new_ca != sha256(STATE / "tunnel" / "1" / "ca.crt")
     for index in range(WORKERS + 1):
         assert on(index, f"sha256sum {roles.TUNNEL_DIR}/ca.crt").stdout.split()[0] == new_ca
-    assert sorted(changed(ops, "new keys or peers read again")) == sorted([cluster.coordinator.name] + [w.name for w in cluster.workers])
+    assert sorted(changed(ops, "new keys or peers read again")) == sorted(
+        [cluster.coordinator.name] + [w.name for w in cluster.workers]
+    )
     assert changed(ops, "restarted") == []  # neither llama-server, nor rpc-server, nor a tunnel
     # the next connections use the new keys: llama-server restarted, through the tunnels, serves
     assert on(0, "systemctl restart llama-server").returncode == 0
@@ -181,7 +191,9 @@ def test_a_worker_that_cannot_get_stunnel_is_refused_before_any_change(cluster):
         on(2, "mv /usr/bin/stunnel4.hidden /usr/bin/stunnel4; mv /usr/bin/apt-get.hidden /usr/bin/apt-get")
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-3000:]
-    assert (f"{cluster.workers[1].name}: rpc_transport = 'tunnel' ({cluster.workers[1].origins['rpc_transport']}) "
-            "needs stunnel4, which is "
-            "not installed, and there is no apt-get to install it") in output, output[-3000:]
+    assert (
+        f"{cluster.workers[1].name}: rpc_transport = 'tunnel' ({cluster.workers[1].origins['rpc_transport']}) "
+        "needs stunnel4, which is "
+        "not installed, and there is no apt-get to install it"
+    ) in output, output[-3000:]
     assert snapshot() == before

@@ -6,6 +6,7 @@ one llama.cpp source, cpu and vulkan, each once, and sends the vulkan one to tha
 the CPU worker and the Vulkan worker must give the tokens of ONE llama-server (the cpu image, no RPC), and their
 log-probabilities within VULKAN_LOGPROB_TOLERANCE. Afterwards the lab is deployed back as its inventory says.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,16 +24,33 @@ from llama_rpc_deploy.loadtest import until_serving
 
 from llama_rpc_deploy import facts
 
-from .lab_helpers import (INVENTORY, NEW_BYTES, WORKERS, api, changed, chat, needs_docker, on, openai_client, operations,
-                          pyinfra, rx_bytes, same_tokens, send, streamed_chat)
+from .lab_helpers import (
+    INVENTORY,
+    NEW_BYTES,
+    WORKERS,
+    api,
+    changed,
+    chat,
+    needs_docker,
+    on,
+    openai_client,
+    operations,
+    pyinfra,
+    rx_bytes,
+    same_tokens,
+    send,
+    streamed_chat,
+)
 
 pytestmark = needs_docker
 COORDINATOR, WORKER1, WORKER2 = 0, 1, 2
 MIXED = lab.LAB_DIR / "inventory-vulkan.py"
 PROBE = "llama-rpc-vulkan-layer-probe:1"
 # what the running rpc-server printed as it started (a line per client connection follows)
-STARTED = ('journalctl -u rpc-server _SYSTEMD_INVOCATION_ID="$(systemctl show -p InvocationID --value rpc-server)" '
-           "-o cat --no-pager | head -n 100")
+STARTED = (
+    'journalctl -u rpc-server _SYSTEMD_INVOCATION_ID="$(systemctl show -p InvocationID --value rpc-server)" '
+    "-o cat --no-pager | head -n 100"
+)
 # lavapipe against llama.cpp's CPU backend: two implementations of every kernel. Vulkan's matrix products take
 # their activations in f16 (fp16: 1 on lavapipe) and sum in another order, so a layer's output differs at f16's
 # 2**-11 relative rounding, as the split against one process already does through f16 KV (0.01 there); the
@@ -43,8 +61,9 @@ VULKAN_LOGPROB_TOLERANCE = 0.05
 
 
 def deploy(inventory, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["pyinfra", "-y", *args, str(inventory), "deploy.py"], cwd=PROJECT,
-                          capture_output=True, text=True, timeout=3000)
+    return subprocess.run(
+        ["pyinfra", "-y", *args, str(inventory), "deploy.py"], cwd=PROJECT, capture_output=True, text=True, timeout=3000
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +71,10 @@ def first_deploy():
     """The lab with its second worker on vulkan: its inventory, written beside the lab's, and the deploy's
     operations."""
     lab.up(workers=WORKERS)
-    MIXED.write_text(INVENTORY.read_text() + "\n# tests/e2e/test_lab_vulkan.py: the second worker on Vulkan (lavapipe)\n"
-                     'workers = workers[:1] + [(workers[1][0], {**workers[1][1], "image_backend": "vulkan"})]\n')
+    MIXED.write_text(
+        INVENTORY.read_text() + "\n# tests/e2e/test_lab_vulkan.py: the second worker on Vulkan (lavapipe)\n"
+        'workers = workers[:1] + [(workers[1][0], {**workers[1][1], "image_backend": "vulkan"})]\n'
+    )
     result = deploy(MIXED, "--json")
     try:
         yield operations(result)
@@ -107,15 +128,25 @@ def test_the_vulkan_worker_serves_lavapipe(cluster):
 
 
 def test_status_shows_each_hosts_backend(cluster):
-    result = subprocess.run(["python3", "-m", "llama_rpc_deploy", "status", "-i", str(MIXED), "--json"], cwd=PROJECT,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        ["python3", "-m", "llama_rpc_deploy", "status", "-i", str(MIXED), "--json"],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     hosts = {h["name"]: h for h in json.loads(result.stdout)}
     assert [hosts[h.name]["backend"] for h in cluster.hosts] == ["cpu", "cpu", "vulkan"]
     assert hosts[cluster.workers[1].name]["rpc_devices"][0].startswith("Vulkan0: llvmpipe")
     assert hosts[cluster.workers[0].name]["rpc_devices"][0].startswith("CPU: ")
-    text = subprocess.run(["python3", "-m", "llama_rpc_deploy", "status", "-i", str(MIXED)], cwd=PROJECT,
-                          capture_output=True, text=True, timeout=300).stdout
+    text = subprocess.run(
+        ["python3", "-m", "llama_rpc_deploy", "status", "-i", str(MIXED)],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
     assert f"{cluster.workers[1].name} (workers)  backend vulkan" in text, text
 
 
@@ -135,8 +166,11 @@ def test_a_new_layer_of_the_vulkan_image_is_all_that_crosses(cluster):
     (as tests/e2e/test_lab_layers.py shows for the cpu image): a probe image on top of the deployed vulkan one, with
     one new layer of random bytes, sent to the vulkan worker."""
     image = from_cluster(cluster, with_key=False).image_of(cluster.workers[1].name)
-    built = on(COORDINATOR, f"printf 'FROM {image}\\nRUN head -c {NEW_BYTES} /dev/urandom > /probe\\n' | "
-                            f"docker build -q -t {PROBE} - && docker image inspect --format '{{{{.Id}}}}' {PROBE}")
+    built = on(
+        COORDINATOR,
+        f"printf 'FROM {image}\\nRUN head -c {NEW_BYTES} /dev/urandom > /probe\\n' | "
+        f"docker build -q -t {PROBE} - && docker image inspect --format '{{{{.Id}}}}' {PROBE}",
+    )
     assert built.returncode == 0, built.stderr
     try:
         fact = facts.DockerImageLayers()  # what the deploy reads from the worker
@@ -146,7 +180,10 @@ def test_a_new_layer_of_the_vulkan_image_is_all_that_crosses(cluster):
         received = rx_bytes(WORKER2) - before
         assert sent.returncode == 0, sent.stderr
         assert "left out" in sent.stderr and "layers the receiver has" in sent.stderr
-        assert on(WORKER2, f"docker image inspect --format '{{{{.Id}}}}' {PROBE}").stdout.strip() == built.stdout.split()[-1]
+        assert (
+            on(WORKER2, f"docker image inspect --format '{{{{.Id}}}}' {PROBE}").stdout.strip()
+            == built.stdout.split()[-1]
+        )
         image_bytes = int(on(COORDINATOR, f"docker image inspect --format '{{{{.Size}}}}' {PROBE}").stdout)
         assert NEW_BYTES < received < NEW_BYTES * 1.1 + 200_000 < image_bytes / 50, (received, image_bytes)
     finally:

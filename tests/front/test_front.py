@@ -11,6 +11,7 @@ Settings: llama_front_hold_seconds 6, llama_front_replay_kib 16, llama_port and 
 Every wait is bounded; every process is killed in the fixture's teardown. HAProxy and socat must be installed
 (scripts/setup-machine.sh): without them these tests fail, they do not skip.
 """
+
 import csv
 import http.client
 import json
@@ -44,7 +45,7 @@ DEPLOY_DIR = "/opt/llama-rpc"
 # answers a JSON body {"delay": s, "stream": bool, "tag": str, ...}: after `delay` s, or, streamed, one SSE chunk
 # every 0.1 s for `delay` s then [DONE]; 503 while loading. Each request that reaches it (/health aside) is one
 # JSON line in LOG: its pid, time, method, path, tag, body size, whether it came while loading (answered 503).
-FAKE = r'''
+FAKE = r"""
 import http.server, json, os, sys, threading, time
 
 port, log_path, loading = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
@@ -118,7 +119,7 @@ class Server(http.server.ThreadingHTTPServer):
 
 
 Server(("127.0.0.1", port), Handler).serve_forever()
-'''
+"""
 
 
 def wait_until(predicate, timeout, what):
@@ -143,6 +144,7 @@ def accepts(port):
 
 # --- a client ---------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Answer:
     status: int | None  # None: no HTTP answer at all (error says why)
@@ -165,8 +167,13 @@ def call(port, method="POST", path="/v1/chat/completions", body=None, timeout=30
         conn.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
         response = conn.getresponse()
         payload = response.read()
-        return Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, payload,
-                      time.monotonic() - start, time.monotonic())
+        return Answer(
+            response.status,
+            {k.lower(): v for k, v in response.getheaders()},
+            payload,
+            time.monotonic() - start,
+            time.monotonic(),
+        )
     except (OSError, http.client.HTTPException) as e:
         return Answer(None, {}, b"", time.monotonic() - start, time.monotonic(), error=repr(e))
     finally:
@@ -176,6 +183,7 @@ def call(port, method="POST", path="/v1/chat/completions", body=None, timeout=30
 @dataclass
 class Call:
     """A request in the background: start(), then answer(timeout) (bounded: a hang fails the test)."""
+
     port: int
     kwargs: dict
     result: list = field(default_factory=list)
@@ -196,6 +204,7 @@ class Call:
 
 # --- the front and its llama-server -----------------------------------------------------------------------
 
+
 class Front:
     """HAProxy with the rendered front in a scratch folder of /tmp, the fake llama-server(s) it sends to, and
     front-drain.sh beside its env file there."""
@@ -203,19 +212,28 @@ class Front:
     def __init__(self):
         assert os.access(HAPROXY, os.X_OK), (
             f"{HAPROXY} is missing: apt-get install haproxy socat (scripts/setup-machine.sh installs both); "
-            "the front's tests run the real HAProxy")
+            "the front's tests run the real HAProxy"
+        )
         assert shutil.which("socat"), "socat is missing: apt-get install socat (scripts/setup-machine.sh does)"
         self.dir = Path(tempfile.mkdtemp(prefix="front-", dir="/tmp"))  # short: a socket's path has 107 bytes at most
         self.port, self.server_port = free_ports(2)
-        c = cluster(coordinator={"address": "127.0.0.1"},
-                    all_data={"llama_port": self.port, "llama_server_port": self.server_port,
-                              "llama_front_hold_seconds": HOLD, "llama_front_replay_kib": REPLAY_KIB})
+        c = cluster(
+            coordinator={"address": "127.0.0.1"},
+            all_data={
+                "llama_port": self.port,
+                "llama_server_port": self.server_port,
+                "llama_front_hold_seconds": HOLD,
+                "llama_front_replay_kib": REPLAY_KIB,
+            },
+        )
         files = render.front_files(c)
         self.socket, self.flag = self.dir / "admin.sock", self.dir / "llama-rpc-no-drain"
         cfg = files[f"{DEPLOY_DIR}/front.cfg"]
-        for old, new in ((f"stats socket {roles.FRONT_SOCKET} ", f"stats socket {self.socket} "),
-                         (f"lua-load {DEPLOY_DIR}/front.lua\n", f"lua-load {self.dir}/front.lua\n"),
-                         ("abns@llama-front-hold ", f"abns@llama-front-hold-test-{os.getpid()}-{self.port} ")):
+        for old, new in (
+            (f"stats socket {roles.FRONT_SOCKET} ", f"stats socket {self.socket} "),
+            (f"lua-load {DEPLOY_DIR}/front.lua\n", f"lua-load {self.dir}/front.lua\n"),
+            ("abns@llama-front-hold ", f"abns@llama-front-hold-test-{os.getpid()}-{self.port} "),
+        ):
             assert old in cfg, old
             cfg = cfg.replace(old, new)
         if os.geteuid() != 0:
@@ -240,18 +258,28 @@ class Front:
     def start(self):
         with open(self.dir / "haproxy.log", "wb") as log:  # its own log lines too (log stdout)
             # master-worker, as llama-front.service runs it (-Ws): reload() sends the master SIGUSR2
-            self.haproxy = subprocess.Popen([HAPROXY, "-W", "-db", "-f", str(self.dir / "front.cfg")], stdout=log,
-                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
-        wait_until(lambda: self.haproxy.poll() is not None or (self.socket.exists() and accepts(self.port)), 10,
-                   "haproxy listening")
+            self.haproxy = subprocess.Popen(
+                [HAPROXY, "-W", "-db", "-f", str(self.dir / "front.cfg")],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        wait_until(
+            lambda: self.haproxy.poll() is not None or (self.socket.exists() and accepts(self.port)),
+            10,
+            "haproxy listening",
+        )
         assert self.haproxy.poll() is None, f"haproxy exited: {self.log()}"
 
     def reload(self):
         """As systemctl reload llama-front: new workers on the same files, the old ones finish what they hold."""
         self.haproxy.send_signal(signal.SIGUSR2)
-        wait_until(lambda: "Former worker" in self.log() or self.log().count("Loading success") >= 2, 10,
-                   f"the reload: {self.log()[-2000:]}")
+        wait_until(
+            lambda: "Former worker" in self.log() or self.log().count("Loading success") >= 2,
+            10,
+            f"the reload: {self.log()[-2000:]}",
+        )
 
     def stop(self):
         for p in [*self.fakes, self.haproxy]:
@@ -268,9 +296,17 @@ class Front:
 
     def start_llama(self, loading=0.0, wait_up=True):
         """The fake llama-server, on llama_server_port; with wait_up, until the front finds it UP."""
-        p = subprocess.Popen([sys.executable, str(self.dir / "fake.py"), str(self.server_port),
-                              str(self.dir / "llama.log"), str(loading)], stdin=subprocess.DEVNULL,
-                             start_new_session=True)
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                str(self.dir / "fake.py"),
+                str(self.server_port),
+                str(self.dir / "llama.log"),
+                str(loading),
+            ],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.fakes.append(p)
         wait_until(lambda: p.poll() is not None or accepts(self.server_port), 10, "the fake llama-server listening")
         assert p.poll() is None, "the fake llama-server exited"
@@ -296,8 +332,13 @@ class Front:
     # the admin socket, as front-drain.sh reaches it
 
     def admin(self, command):
-        result = subprocess.run(["socat", "-t", "5", "stdio", f"unix-connect:{self.socket}"], input=command + "\n",
-                                capture_output=True, text=True, timeout=10)
+        result = subprocess.run(
+            ["socat", "-t", "5", "stdio", f"unix-connect:{self.socket}"],
+            input=command + "\n",
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         assert result.returncode == 0, result.stderr
         return result.stdout
 
@@ -316,8 +357,13 @@ class Front:
         return {k: int(v) for k, v in (line.split() for line in self.admin("show front").splitlines() if line)}
 
     def drain(self, word):
-        return subprocess.Popen([str(self.dir / "front-drain.sh"), word], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin"})
+        return subprocess.Popen(
+            [str(self.dir / "front-drain.sh"), word],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={"PATH": "/usr/bin:/bin"},
+        )
 
     # clients
 
@@ -348,12 +394,16 @@ def ok(answer: Answer, tag=None):
 
 # --- the cases --------------------------------------------------------------------------------------------
 
+
 def test_while_llama_server_is_up_requests_go_straight_to_it(front):
     """One hop: the hold (HAProxy's frontend hold, the backup server) sees no request while llama-server is up,
     streamed or not; what HAProxy does per token is then one read and one write."""
+
     def requests():  # by frontend (the readiness probe's bare connection counts as one at api)
         lines = front.admin("show stat -1 1 -1").splitlines()
-        return {r["pxname"]: int(r["req_tot"]) for r in csv.DictReader([lines[0].lstrip("# "), *filter(None, lines[1:])])}
+        return {
+            r["pxname"]: int(r["req_tot"]) for r in csv.DictReader([lines[0].lstrip("# "), *filter(None, lines[1:])])
+        }
 
     front.start_llama()
     before = requests()
@@ -407,8 +457,10 @@ def test_requests_held_through_a_reload_are_answered_once_llama_server_is_back(f
     llama-server's health, so its held requests move to the new one, and are answered when llama-server is
     back, not at the end of the hold."""
     front.wait_status("DOWN")
-    calls = [front.background(body={"tag": "r0", "delay": 0.1}),
-             front.background(body={"tag": "r1", "delay": 0.1, "stream": True})]
+    calls = [
+        front.background(body={"tag": "r0", "delay": 0.1}),
+        front.background(body={"tag": "r1", "delay": 0.1, "stream": True}),
+    ]
     time.sleep(1)
     assert not any(c.done() for c in calls)
     front.reload()
@@ -444,8 +496,12 @@ def test_a_streamed_answer_cut_by_a_crash_ends_in_an_error_at_once(front):
     error promptly, not a hang until its timeout, and not a clean end of a cut answer."""
     front.start_llama()
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{front.port}/v1", api_key="none", max_retries=0, timeout=30)
-    stream = client.chat.completions.create(model="fake", messages=[{"role": "user", "content": "hi"}], stream=True,
-                                            extra_body={"delay": 5, "tag": "streamed"})
+    stream = client.chat.completions.create(
+        model="fake",
+        messages=[{"role": "user", "content": "hi"}],
+        stream=True,
+        extra_body={"delay": 5, "tag": "streamed"},
+    )
     got, killed_at, error = [], None, None
     try:
         for chunk in stream:
@@ -509,8 +565,9 @@ def test_a_body_over_the_replay_limit_is_served(front):
     assert ok(answer, "big")["bytes"] == size
 
 
-@pytest.mark.parametrize("size,replayed", [(REPLAY_KIB * 1024 - 512, True), (REPLAY_KIB * 1024 + 1, False)],
-                         ids=["under", "over"])
+@pytest.mark.parametrize(
+    "size,replayed", [(REPLAY_KIB * 1024 - 512, True), (REPLAY_KIB * 1024 + 1, False)], ids=["under", "over"]
+)
 def test_only_a_body_within_the_replay_limit_is_replayed(front, size, replayed):
     """llama_front_replay_kib decides: the same crash while answering, a body just under it (room left for the
     request's headers, which share the buffer: about 250 bytes here) is replayed (200), one just over it is

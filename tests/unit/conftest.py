@@ -3,6 +3,7 @@ nothing else: the tests share no port, no lab and no fixed path (each writes und
 takes a third of the time. A run of some files or tests (a few seconds at most) stays in one process, and so do
 tests/front and tests/e2e, which share one lab and its ports. `-n 0` runs the whole suite in one process (--pdb
 does too), `-n N` any run in N workers."""
+
 from __future__ import annotations
 
 import os
@@ -27,9 +28,12 @@ def the_unit_suite(config: pytest.Config) -> bool:
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """Before xdist reads its options: `-n auto --dist loadgroup` unless the command line says how many workers.
     loadgroup keeps the tests of one xdist_group (those that share a costly module fixture) on one worker."""
-    if (getattr(config.option, "numprocesses", "absent") is not None  # given, or no xdist
-            or "PYTEST_XDIST_WORKER" in os.environ or config.getoption("usepdb", False)
-            or not the_unit_suite(config)):
+    if (
+        getattr(config.option, "numprocesses", "absent") is not None  # given, or no xdist
+        or "PYTEST_XDIST_WORKER" in os.environ
+        or config.getoption("usepdb", False)
+        or not the_unit_suite(config)
+    ):
         return
     config.option.numprocesses = "auto"
     if config.option.dist == "no":

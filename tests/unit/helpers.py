@@ -2,6 +2,7 @@
 layers (settings.scopes) and checks as the deploy; the image tag they render with and the words of a rendered
 launch script; two llama.cpp sources; a model of the seed pair's size; a corpus of shell words; fewer examples
 for a dear property test under Hypothesis' ci profile."""
+
 import os
 import shlex
 
@@ -17,17 +18,48 @@ MODEL = "/srv/models/lmstudio-community/gemma-4-31B-it-qat-UD-Q4_K_XL.gguf"
 IMAGE = "llama-rpc:0c1e57098-abcdef012345"  # the image tag the tests render with
 # a local tarball (its sha256 the ident) and a commit downloaded from a URL
 LOCAL = Source(ident="a" * 64, local_tarball=FILES / "Dockerfile", url=None)
-REF = Source(ident="0c1e57098bba43ac29e6e3b677cdceebdd22334f", local_tarball=None, url="https://example.invalid/x.tar.gz")
+REF = Source(
+    ident="0c1e57098bba43ac29e6e3b677cdceebdd22334f", local_tarball=None, url="https://example.invalid/x.tar.gz"
+)
 # shell words that need quoting (tests/unit/test_quoting.py: bash reads them back; tests/e2e/test_lab_quoting.py: systemd)
-CORPUS = ["plain", "two words", "it's", 'say "hi"', "$(id)", "`id`", "a;b", "a&b", "a|b", "*", "~", "-n", "",
-          "%h %n", "$HOME", "${HOME}", "back\\slash", "tab\there", "é中文🙂", "new\nline"]
+CORPUS = [
+    "plain",
+    "two words",
+    "it's",
+    'say "hi"',
+    "$(id)",
+    "`id`",
+    "a;b",
+    "a&b",
+    "a|b",
+    "*",
+    "~",
+    "-n",
+    "",
+    "%h %n",
+    "$HOME",
+    "${HOME}",
+    "back\\slash",
+    "tab\there",
+    "é中文🙂",
+    "new\nline",
+]
 
 
 def host(name, role, data, all_data=None, groups=(), overrides=None):
     """One ClusterHost: data is the host's own data in the inventory; groups: [(group name, its data)]."""
-    return cluster_.cluster_host(name, scopes(name, role, overrides=overrides or {}, host_data=data, groups=list(groups),
-                                           all_data={"llama_model_path": MODEL, **(all_data or {})},
-                                           inventory_file="inventory.py"))
+    return cluster_.cluster_host(
+        name,
+        scopes(
+            name,
+            role,
+            overrides=overrides or {},
+            host_data=data,
+            groups=list(groups),
+            all_data={"llama_model_path": MODEL, **(all_data or {})},
+            inventory_file="inventory.py",
+        ),
+    )
 
 
 def cluster(coordinator=None, workers=(None,), all_data=None, names=None):
@@ -55,9 +87,18 @@ def flag(argv, name):
 def seed_model(weights_gb=17.0, n_layer=60):
     """A model as the planner sees it: weights_gb in n_layer equal layers, K and V 2048 wide in each."""
     layer = int(weights_gb * 1e9 / n_layer)
-    return ModelInfo(path="-", arch="x", n_layer=n_layer, n_embd=5376, n_vocab=262144, n_ctx_train=131072,
-                     layer_bytes=(layer,) * n_layer, input_bytes=0, output_bytes=0,
-                     kv_per_token=((2048, 2048),) * n_layer)
+    return ModelInfo(
+        path="-",
+        arch="x",
+        n_layer=n_layer,
+        n_embd=5376,
+        n_vocab=262144,
+        n_ctx_train=131072,
+        layer_bytes=(layer,) * n_layer,
+        input_bytes=0,
+        output_bytes=0,
+        kv_per_token=((2048, 2048),) * n_layer,
+    )
 
 
 def ci_examples(examples: int):

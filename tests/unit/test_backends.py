@@ -1,5 +1,6 @@
 """image_backend per host (issue 26): which image each host runs, how its GPUs reach the container, what the
 planner and status call its devices. The lab test (tests/e2e/test_lab_vulkan.py) deploys a mixed cluster."""
+
 import subprocess
 
 import pytest
@@ -19,14 +20,26 @@ from .helpers import REF, cluster, words
 
 def mixed():
     """A CUDA coordinator, an AMD worker, a CPU worker and a vulkan worker without GPUs (lavapipe)."""
-    return cluster(workers=[{"image_backend": "vulkan", "gpus": ["RX 7900 XTX"]}, {"image_backend": "cpu", "gpus": []},
-                            {"image_backend": "vulkan", "gpus": []}])
+    return cluster(
+        workers=[
+            {"image_backend": "vulkan", "gpus": ["RX 7900 XTX"]},
+            {"image_backend": "cpu", "gpus": []},
+            {"image_backend": "vulkan", "gpus": []},
+        ]
+    )
 
 
 def test_a_worker_takes_the_coordinators_backend_unless_it_sets_its_own():
-    c = cluster(coordinator={"image_backend": "cpu", "gpus": []}, workers=[{"gpus": []}, {"image_backend": "vulkan", "gpus": []}])
+    c = cluster(
+        coordinator={"image_backend": "cpu", "gpus": []},
+        workers=[{"gpus": []}, {"image_backend": "vulkan", "gpus": []}],
+    )
     assert [h.backend for h in c.hosts] == ["cpu", "cpu", "vulkan"]
-    assert c.workers[0].origins["image_backend"] == c.coordinator.origins["image_backend"] == "inventory.py (host 10.0.0.10)"
+    assert (
+        c.workers[0].origins["image_backend"]
+        == c.coordinator.origins["image_backend"]
+        == "inventory.py (host 10.0.0.10)"
+    )
     assert [h.backend for h in cluster().hosts] == ["cuda", "cuda"]  # nothing set: cuda, as before per-host backends
     assert mixed().backends == ["cuda", "vulkan", "cpu"]
 
@@ -34,8 +47,10 @@ def test_a_worker_takes_the_coordinators_backend_unless_it_sets_its_own():
 def test_lavapipe_only_where_a_worker_asks_for_vulkan_itself():
     """A worker without gpus that takes vulkan from the coordinator serves its CPU (ggml-vulkan finds no device);
     one that sets vulkan itself serves lavapipe. The coordinator never gets lavapipe (its devices are its gpus)."""
-    c = cluster(coordinator={"image_backend": "vulkan", "gpus": ["RX 7900 XTX"]},
-                workers=[{"gpus": []}, {"image_backend": "vulkan", "gpus": []}])
+    c = cluster(
+        coordinator={"image_backend": "vulkan", "gpus": ["RX 7900 XTX"]},
+        workers=[{"gpus": []}, {"image_backend": "vulkan", "gpus": []}],
+    )
     assert [w.backend for w in c.workers] == ["vulkan", "vulkan"]
     assert [w.software_vulkan for w in c.hosts] == [False, False, True]
     inherited, own = (render.worker_files(c, w, "img")["/opt/llama-rpc/rpc-server.sh"] for w in c.workers)
@@ -44,24 +59,45 @@ def test_lavapipe_only_where_a_worker_asks_for_vulkan_itself():
     assert "GGML_VK_VISIBLE_DEVICES" not in render.coordinator_files(c, "img")["/opt/llama-rpc/llama-server.sh"]
 
 
-@pytest.mark.parametrize("base, old", [
-    ("debian:bookworm", True), ("debian:12-slim", True), ("debian:oldstable", True), ("ubuntu:22.04", True),
-    ("ubuntu:jammy", True), ("nvidia/cuda:12.4.1-devel-ubuntu22.04", True), ("llama-rpc-lab/debian:bookworm", True),
-    ("debian:trixie", False), ("debian:13", False), ("ubuntu:24.04", False), ("nvidia/cuda:12.8.1-devel-ubuntu24.04", False),
-    ("llama-rpc-lab/debian:trixie", False), ("registry.example/debian:trixie-slim", False)])
+@pytest.mark.parametrize(
+    "base, old",
+    [
+        ("debian:bookworm", True),
+        ("debian:12-slim", True),
+        ("debian:oldstable", True),
+        ("ubuntu:22.04", True),
+        ("ubuntu:jammy", True),
+        ("nvidia/cuda:12.4.1-devel-ubuntu22.04", True),
+        ("llama-rpc-lab/debian:bookworm", True),
+        ("debian:trixie", False),
+        ("debian:13", False),
+        ("ubuntu:24.04", False),
+        ("nvidia/cuda:12.8.1-devel-ubuntu24.04", False),
+        ("llama-rpc-lab/debian:trixie", False),
+        ("registry.example/debian:trixie-slim", False),
+    ],
+)
 def test_bases_too_old_for_the_vulkan_build(base, old):
     assert bool(OLD_VULKAN_BASES.search(base)) == old
 
 
 def test_a_vulkan_runtime_older_than_its_build_is_refused():
-    with pytest.raises(SettingsError, match="image_vulkan_runtime_image = 'debian:bookworm-slim': older than the build's base"):
-        cluster(workers=[{"image_backend": "vulkan", "gpus": []}], all_data={"image_vulkan_runtime_image": "debian:bookworm-slim"})
+    with pytest.raises(
+        SettingsError, match="image_vulkan_runtime_image = 'debian:bookworm-slim': older than the build's base"
+    ):
+        cluster(
+            workers=[{"image_backend": "vulkan", "gpus": []}],
+            all_data={"image_vulkan_runtime_image": "debian:bookworm-slim"},
+        )
 
 
 def test_a_cuda_coordinator_by_default_is_named_where_it_is_listed():
     """The coordinator's backend unset (cuda) and no cuda host with gpus: the error points at its inventory line."""
-    with pytest.raises(SettingsError, match=r"^inventory.py \(host 10.0.0.10\): image_backend = 'cuda' but no host lists "
-                                            r"gpus \(cuda: 10.0.0.10\)"):
+    with pytest.raises(
+        SettingsError,
+        match=r"^inventory.py \(host 10.0.0.10\): image_backend = 'cuda' but no host lists "
+        r"gpus \(cuda: 10.0.0.10\)",
+    ):
         cluster(coordinator={"gpus": []}, workers=[{"image_backend": "vulkan", "gpus": ["RX 7900 XTX"]}])
 
 
@@ -71,13 +107,21 @@ def test_one_image_per_backend_built_from_its_own_bases():
     assert list(tags) == ["cuda", "vulkan", "cpu"] and len(set(tags.values())) == 3
     assert tags["vulkan"].startswith("llama-rpc:b11312-vulkan-") and tags["cuda"].startswith("llama-rpc:b11312-")
     vulkan, cuda = image.build_args(c, REF, "vulkan"), image.build_args(c, REF, "cuda")
-    assert (vulkan["GGML_BACKEND"], vulkan["BUILD_IMAGE"], vulkan["RUNTIME_IMAGE"]) == ("vulkan", "debian:trixie", "debian:trixie")
+    assert (vulkan["GGML_BACKEND"], vulkan["BUILD_IMAGE"], vulkan["RUNTIME_IMAGE"]) == (
+        "vulkan",
+        "debian:trixie",
+        "debian:trixie",
+    )
     assert "CUDA_ARCHITECTURES" not in vulkan and cuda["CUDA_ARCHITECTURES"] == "89"  # the AMD card adds no arch
     assert cuda_architectures(c) == "89"
     # the same source and commit in every image
     assert {a["LLAMA_CPP_REF"] for a in (vulkan, cuda, image.build_args(c, REF, "cpu"))} == {REF.ident}
     d = Deployment(cluster=c, source=REF, images=tags, transfer_key=None)
-    assert d.image == tags["cuda"] and [d.image_of(w.name) for w in c.workers] == [tags["vulkan"], tags["cpu"], tags["vulkan"]]
+    assert d.image == tags["cuda"] and [d.image_of(w.name) for w in c.workers] == [
+        tags["vulkan"],
+        tags["cpu"],
+        tags["vulkan"],
+    ]
 
 
 def test_how_the_gpus_reach_each_container():
@@ -97,8 +141,10 @@ def test_a_vulkan_coordinator_names_its_gpus_as_llama_cpp_does():
     c = cluster(coordinator={"image_backend": "vulkan", "gpus": ["Arc B580"]}, workers=[{"image_backend": "cuda"}])
     assert c.devices == ["RPC0", "Vulkan0"]
     devices = plan.devices_of(c)
-    assert [(d.name, d.gpu, d.vram_bytes >> 20) for d in devices] == [("RPC0", "RTX 5060 Ti 16GB", 15849),
-                                                                       ("Vulkan0", "Arc B580", 12216)]
+    assert [(d.name, d.gpu, d.vram_bytes >> 20) for d in devices] == [
+        ("RPC0", "RTX 5060 Ti 16GB", 15849),
+        ("Vulkan0", "Arc B580", 12216),
+    ]
     lavapipe = cluster(workers=[{"image_backend": "vulkan", "gpus": []}])
     assert [d.gpu for d in plan.devices_of(lavapipe)] == ["CPU (lavapipe)", "RTX 4080"]
 
@@ -125,8 +171,11 @@ def test_a_backend_missing_from_a_local_tree_is_refused(tmp_path):
     c = cluster(workers=[{"image_backend": "vulkan", "gpus": []}], all_data={"llama_cpp_source": str(tree)})
     backend_is_in_the_tree(c, "cuda")
     backend_is_in_the_tree(c, "cpu")
-    with pytest.raises(SettingsError, match=rf"llama_cpp_source = '{tree}' has no ggml/src/ggml-vulkan, which "
-                                            r"image_backend = 'vulkan' \(inventory.py \(host 10.0.0.20\), 10.0.0.20\) builds"):
+    with pytest.raises(
+        SettingsError,
+        match=rf"llama_cpp_source = '{tree}' has no ggml/src/ggml-vulkan, which "
+        r"image_backend = 'vulkan' \(inventory.py \(host 10.0.0.20\), 10.0.0.20\) builds",
+    ):
         backend_is_in_the_tree(c, "vulkan")
 
 
@@ -143,10 +192,15 @@ def test_plan_gpus_gives_each_card_its_backend(tmp_path):
 
 
 def test_status_reads_the_backend_and_the_devices_rpc_server_serves():
-    output = "== unit rpc-server.service\nactive\n== image\nllama-rpc:local-vulkan-0123456789ab\n== protocol\n7.0.0\n" \
-             "== backend\nvulkan\n== rpc devices\nVulkan0: llvmpipe (LLVM 19.1.7, 256 bits) (23996 MiB, 23996 MiB free)\n"
+    output = (
+        "== unit rpc-server.service\nactive\n== image\nllama-rpc:local-vulkan-0123456789ab\n== protocol\n7.0.0\n"
+        "== backend\nvulkan\n== rpc devices\nVulkan0: llvmpipe (LLVM 19.1.7, 256 bits) (23996 MiB, 23996 MiB free)\n"
+    )
     w = status.parse("10.0.0.20", "workers", output)
-    assert (w.backend, w.rpc_devices) == ("vulkan", ["Vulkan0: llvmpipe (LLVM 19.1.7, 256 bits) (23996 MiB, 23996 MiB free)"])
+    assert (w.backend, w.rpc_devices) == (
+        "vulkan",
+        ["Vulkan0: llvmpipe (LLVM 19.1.7, 256 bits) (23996 MiB, 23996 MiB free)"],
+    )
     text = status.table([w])
     assert "10.0.0.20 (workers)  backend vulkan  image llama-rpc:local-vulkan-0123456789ab" in text
     assert "  serves Vulkan0: llvmpipe" in text

@@ -3,6 +3,7 @@
 The same table runs against the lab in tests/e2e/test_bad_configs.py, through pyinfra, where it
 also checks that no host was touched.
 """
+
 import pytest
 
 from llama_rpc_deploy.loading import offline_cluster
@@ -10,11 +11,11 @@ from llama_rpc_deploy.settings import SettingsError
 
 from ..bad_configs import CASES, expected_words, write_case
 
-BASE = '''SSH = {"ssh_user": "root"}
+BASE = """SSH = {"ssh_user": "root"}
 LAB = {"image_backend": "cpu", "llama_model_path": "/models/lab.gguf"}
 coordinator = [("10.0.0.10", {**SSH, **LAB})]
 workers = [("10.0.0.11", {**SSH}), ("10.0.0.12", {**SSH})]
-'''
+"""
 
 
 @pytest.fixture
@@ -55,18 +56,24 @@ def test_an_exception_in_a_group_data_file_is_one_line_with_its_line(base, tmp_p
     (group_data / "all.py").write_text("llama_port = 8080\nllama_ctx_size = 4096 // 0\n")
     with pytest.raises(SettingsError) as error:
         offline_cluster(base, group_data=group_data)
-    assert str(error.value) == (f"{group_data / 'all.py'}:2: ZeroDivisionError: integer division or modulo by zero: "
-                                "expected Python that runs (name = value lines)")
+    assert str(error.value) == (
+        f"{group_data / 'all.py'}:2: ZeroDivisionError: integer division or modulo by zero: "
+        "expected Python that runs (name = value lines)"
+    )
 
 
-@pytest.mark.parametrize("argv", [["--data", "llama_port=0"], ["--data=llama_port=0"]], ids=["--data k=v", "--data=k=v"])
+@pytest.mark.parametrize(
+    "argv", [["--data", "llama_port=0"], ["--data=llama_port=0"]], ids=["--data k=v", "--data=k=v"]
+)
 def test_data_on_the_command_line_is_checked_before_connecting_in_either_form(base, argv, capsys):
     from llama_rpc_deploy.deployment import preflight
 
     with pytest.raises(SystemExit) as stop:
         preflight(["pyinfra", "-y", *argv, str(base), "deploy.py"])
     assert stop.value.code == 1  # our own line alone: no pyinfra prefix with an internal path, no traceback
-    assert capsys.readouterr().err == "--data on the command line: llama_port = 0: expected an integer from 1 to 65535\n"
+    assert (
+        capsys.readouterr().err == "--data on the command line: llama_port = 0: expected an integer from 1 to 65535\n"
+    )
 
 
 def test_data_without_a_value_is_refused(base, capsys):

@@ -1,4 +1,5 @@
 """The facts' parsing of what the hosts print (the commands themselves run in the lab tests)."""
+
 import base64
 import gzip
 

@@ -21,6 +21,7 @@ How many examples Hypothesis tries is its profile's (registered in tests/conftes
     HYPOTHESIS_PROFILE=explore  3000 new examples a run, for a hunt; the corpus test below is always whole
 e.g. `HYPOTHESIS_PROFILE=explore python3 -m pytest tests/unit/test_fuzz_settings.py`.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,24 +43,72 @@ from llama_rpc_deploy.settings import BY_NAME, SETTINGS, SettingsError
 from .helpers import IMAGE, cluster
 
 CANARY = "CANARY_PWNED"
-PAYLOADS = [f"$(touch {CANARY})", f"`touch {CANARY}`", f"; touch {CANARY}", f"\ntouch {CANARY}\n",
-            f"' ; touch {CANARY} ; '", f'" ; touch {CANARY} ; "', f"& touch {CANARY} &", f"| touch {CANARY}",
-            "%h$HOME${HOME}\\n\\\\", "\x00", "\r", "\t", "é中文🙂", "-", "--", " ", "", "/", "..", ":", ",",
-            f"/models/it's & (1) [2] {CANARY}.gguf", f"/models/a'b'$(touch {CANARY}).gguf"]
+PAYLOADS = [
+    f"$(touch {CANARY})",
+    f"`touch {CANARY}`",
+    f"; touch {CANARY}",
+    f"\ntouch {CANARY}\n",
+    f"' ; touch {CANARY} ; '",
+    f'" ; touch {CANARY} ; "',
+    f"& touch {CANARY} &",
+    f"| touch {CANARY}",
+    "%h$HOME${HOME}\\n\\\\",
+    "\x00",
+    "\r",
+    "\t",
+    "é中文🙂",
+    "-",
+    "--",
+    " ",
+    "",
+    "/",
+    "..",
+    ":",
+    ",",
+    f"/models/it's & (1) [2] {CANARY}.gguf",
+    f"/models/a'b'$(touch {CANARY}).gguf",
+]
 ALPHABET = string.printable + "é中文🙂\x00\x1b\x7f"
 
-text = st.one_of(st.sampled_from(PAYLOADS),
-                 st.text(alphabet=ALPHABET, max_size=30),
-                 st.builds(lambda a, p, b: a + p + b, st.sampled_from(["", "/", "/models/", "10.0.0.", "RTX 4080"]),
-                           st.sampled_from(PAYLOADS), st.sampled_from(["", ".gguf", "/x", "0"])))
-numbers = st.one_of(st.integers(min_value=-2 ** 70, max_value=2 ** 70), st.floats(allow_nan=True, allow_infinity=True),
-                    st.sampled_from([0, 1, -1, 255, 256, 65535, 65536, 10 ** 9, 0.5, 1e308]))
+text = st.one_of(
+    st.sampled_from(PAYLOADS),
+    st.text(alphabet=ALPHABET, max_size=30),
+    st.builds(
+        lambda a, p, b: a + p + b,
+        st.sampled_from(["", "/", "/models/", "10.0.0.", "RTX 4080"]),
+        st.sampled_from(PAYLOADS),
+        st.sampled_from(["", ".gguf", "/x", "0"]),
+    ),
+)
+numbers = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, 1, -1, 255, 256, 65535, 65536, 10**9, 0.5, 1e308]),
+)
 scalars = st.one_of(st.none(), st.booleans(), numbers, text)
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                        st.dictionaries(text, inner, max_size=3)), max_leaves=8)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(text, inner, max_size=3)),
+    max_leaves=8,
+)
 
-PRINTED = ("docker", "ssh", "zstd", "ss", "systemctl", "timeout", "curl", "journalctl", "iptables",
-           "iptables-restore", "ip6tables", "ip6tables-restore", "sleep", "flock", "setsid")
+PRINTED = (
+    "docker",
+    "ssh",
+    "zstd",
+    "ss",
+    "systemctl",
+    "timeout",
+    "curl",
+    "journalctl",
+    "iptables",
+    "iptables-restore",
+    "ip6tables",
+    "ip6tables-restore",
+    "sleep",
+    "flock",
+    "setsid",
+)
 
 
 def place(name: str, value) -> dict:
@@ -78,7 +127,9 @@ def printers(folder: Path) -> Path:
     bin_dir = folder / "bin"
     bin_dir.mkdir()
     for tool in PRINTED:
-        (bin_dir / tool).write_text(f'#!/bin/sh\n{{ printf "%s\\0" "$@"; printf "\\0\\n"; }} >> "${{FUZZ_OUT:?}}/{tool}.args"\n')
+        (bin_dir / tool).write_text(
+            f'#!/bin/sh\n{{ printf "%s\\0" "$@"; printf "\\0\\n"; }} >> "${{FUZZ_OUT:?}}/{tool}.args"\n'
+        )
         (bin_dir / tool).chmod(0o755)
     (bin_dir / "id").write_text("#!/bin/sh\necho 999\n")
     (bin_dir / "id").chmod(0o755)
@@ -96,6 +147,7 @@ def calls(folder: Path, tool: str) -> list[list[str]]:
 class Unit:
     """One distinct rendered file or command, run once in a folder of its own; `check` reads what it left there
     and says what is wrong (None: nothing), once: every case that rendered the same reports it."""
+
     folder: Path
     script: str  # bash, run in a subshell of the batch with the folder as its working directory
     check: Callable[[Path], str | None] = lambda folder: None
@@ -114,6 +166,7 @@ class Unit:
 @dataclass
 class Case:
     """Everything rendered from one cluster: (what, unit) pairs, `what` the rendered file or the command."""
+
     label: str
     units: list[tuple[str, Unit]] = field(default_factory=list)
 
@@ -130,6 +183,7 @@ def env_check(keys: list[str]) -> Callable[[Path], str | None]:
         if values is None or len(values) != len(keys) + 1:
             return f"bash read back {values!r} for {keys}"
         return None
+
     return check
 
 
@@ -137,6 +191,7 @@ def launch_check(intended: list[str]) -> Callable[[Path], str | None]:
     def check(folder: Path) -> str | None:
         docker = calls(folder, "docker")
         return None if docker[:1] == [intended] else f"docker got {docker[:1]}, not {intended}"
+
     return check
 
 
@@ -144,6 +199,7 @@ def probe_check(url: str) -> Callable[[Path], str | None]:
     def check(folder: Path) -> str | None:
         docker = calls(folder, "docker")
         return None if docker and docker[-1][-1] == url else f"docker got {docker}: the last word is not {url}"
+
     return check
 
 
@@ -152,6 +208,7 @@ def send_check(address: str) -> Callable[[Path], str | None]:
         sent = calls(folder, "ssh")  # the image's ID comes from docker, a printer here: empty
         wanted = [[f"root@{address}", f"receive  {IMAGE}"]]
         return None if [call[-2:] for call in sent] == wanted else f"ssh got {sent}, expected to end in {wanted}"
+
     return check
 
 
@@ -191,39 +248,59 @@ class Batch:
         case = Case(label)
         files = {**render.coordinator_files(c, IMAGE), **render.watchdog_files(c)}
         for w in c.workers:
-            files |= {f"{w.name}:{p}": t for p, t in {**render.worker_files(c, w, IMAGE), **render.firewall_files(c, w),
-                                                       **render.worker_watchdog_files(w),
-                                                       **render.cache_prune_files(w)}.items()}
+            files |= {
+                f"{w.name}:{p}": t
+                for p, t in {
+                    **render.worker_files(c, w, IMAGE),
+                    **render.firewall_files(c, w),
+                    **render.worker_watchdog_files(w),
+                    **render.cache_prune_files(w),
+                }.items()
+            }
         for path, content in files.items():
             assert content.replace("\n", "").isprintable(), f"{label}: {path}: a control character"
             if path.endswith(".env"):  # read back exactly as written
+
                 def env_unit(folder, content=content):
                     keys = [line.split("=", 1)[0] for line in content.splitlines()]
                     (folder / "x.env").write_text(content)
-                    return Unit(folder, f"(set -u; . ./x.env; for k in {' '.join(keys)}; do printf '%s\\0' \"${{!k}}\"; "
-                                        "done) > env.out", env_check(keys))
+                    return Unit(
+                        folder,
+                        f"(set -u; . ./x.env; for k in {' '.join(keys)}; do printf '%s\\0' \"${{!k}}\"; "
+                        "done) > env.out",
+                        env_check(keys),
+                    )
+
                 case.units.append((path, self.unit(("env", content), env_unit)))
             elif path.endswith((".service", ".timer")):
                 if content not in self.units_checked:
                     self.units_checked[content] = exec_lines_problem(content)
                 assert self.units_checked[content] is None, f"{label}: {path}: {self.units_checked[content]}"
             elif path.endswith(("llama-server.sh", "rpc-server.sh")):  # docker gets the words Python meant
+
                 def launch_unit(folder, content=content):
                     (folder / "launch.sh").write_text(content.replace("/usr/bin/docker", "docker"))
                     return Unit(folder, "bash ./launch.sh", launch_check(intended_words(content)))
+
                 case.units.append((path, self.unit(("launch", content), launch_unit)))
         # the commands the deploy runs on hosts
         for w in c.workers:
             send = transfer.send_command(IMAGE, w.address, w.ssh_port)
-            case.units.append((send, self.unit(("send", send, w.address),
-                                               lambda folder: Unit(folder, send, send_check(w.address)))))
+            case.units.append(
+                (send, self.unit(("send", send, w.address), lambda folder: Unit(folder, send, send_check(w.address))))
+            )
             reachable = facts.TcpReachable().command(address=w.address, port=w.settings["rpc_port"])
             case.units.append((reachable, self.unit(("command", reachable), lambda folder: Unit(folder, reachable))))
         url, probe = health_probe(c)
-        case.units.append((probe, self.unit(("probe", probe, url), lambda folder: Unit(folder, probe, probe_check(url)))))
-        for command in (facts.GgufHeader().command(path=c.settings["llama_model_path"], limit=16),
-                        source.fetch_command(c.settings["llama_cpp_url"].format(ref=c.settings["llama_cpp_ref"]),
-                                             "out.tar.gz", None)):
+        case.units.append(
+            (probe, self.unit(("probe", probe, url), lambda folder: Unit(folder, probe, probe_check(url))))
+        )
+        for command in (
+            facts.GgufHeader().command(path=c.settings["llama_model_path"], limit=16),
+            source.fetch_command(
+                c.settings["llama_cpp_url"].format(ref=c.settings["llama_cpp_ref"]), "out.tar.gz", None
+            ),
+        ):
             case.units.append((command, self.unit(("command", command), lambda folder: Unit(folder, command))))
         return case
 
@@ -238,14 +315,23 @@ class Batch:
             lines = []
             for unit in todo[j::jobs]:
                 q = shlex.quote(str(unit.folder))
-                lines.append(f"( cd {q} && export HOME={q} FUZZ_OUT={q} && {{\n{unit.script}\n}} ) > {q}/log 2>&1 || true\n"
-                             f": > {q}/ran")
+                lines.append(
+                    f"( cd {q} && export HOME={q} FUZZ_OUT={q} && {{\n{unit.script}\n}} ) > {q}/log 2>&1 || true\n"
+                    f": > {q}/ran"
+                )
             script = self.root / f"batch{j}.sh"
             script.write_text("\n".join(lines) + "\n")
             scripts.append(script)
         for script in scripts:
-            procs.append(subprocess.Popen(["bash", str(script)], cwd=self.root, env={"PATH": f"{self.bin_dir}:/usr/bin:/bin"},
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    ["bash", str(script)],
+                    cwd=self.root,
+                    env={"PATH": f"{self.bin_dir}:/usr/bin:/bin"},
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         try:
             for proc in procs:
                 proc.wait(timeout=20 + len(todo))

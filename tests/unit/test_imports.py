@@ -5,6 +5,7 @@ A cycle held together by a function-level import works until someone moves that 
 imports the modules in another order; so the graph is read from the source with `ast`, every import
 statement wherever it stands (only `if TYPE_CHECKING:` blocks, which never run, are left out).
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,7 +28,8 @@ def package_modules(root: Path = ROOT, package: str = PACKAGE) -> dict[str, Path
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 class _Imports(ast.NodeVisitor):
@@ -61,7 +63,7 @@ class _Imports(ast.NodeVisitor):
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:
-            base = self.package[:len(self.package) - (node.level - 1)]
+            base = self.package[: len(self.package) - (node.level - 1)]
             module = ".".join(base + ([node.module] if node.module else []))
         else:
             module = node.module or ""
@@ -80,7 +82,9 @@ def import_graph(modules: dict[str, Path], root: Path = ROOT) -> dict[str, dict[
             target = next((c for c in candidates if c in modules), None)
             if target is None:  # `import a.b.c`: the deepest module of the package on that path
                 parts = candidates[-1].split(".")
-                target = next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in modules), None)
+                target = next(
+                    (".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in modules), None
+                )
             if target and target != name:
                 where = f"{path.relative_to(root)}:{line}" + (f" (inside {function}())" if function else "")
                 edges.setdefault(target, where)
@@ -140,8 +144,12 @@ def describe(members: list[str], graph: dict[str, dict[str, str]]) -> str:
     cycle = shortest_cycle(members, graph)
     steps = list(zip(cycle, cycle[1:]))
     others = [(a, b) for a in members for b in sorted(graph[a]) if b in members and (a, b) not in steps]
-    return "\n".join([f"{', '.join(members)}: a cycle"] + [f"  {a} -> {b}   {graph[a][b]}" for a, b in steps]
-                     + (["  and among them also"] if others else []) + [f"  {a} -> {b}   {graph[a][b]}" for a, b in others])
+    return "\n".join(
+        [f"{', '.join(members)}: a cycle"]
+        + [f"  {a} -> {b}   {graph[a][b]}" for a, b in steps]
+        + (["  and among them also"] if others else [])
+        + [f"  {a} -> {b}   {graph[a][b]}" for a, b in others]
+    )
 
 
 def test_the_package_has_no_import_cycle():
@@ -150,7 +158,8 @@ def test_the_package_has_no_import_cycle():
     graph = import_graph(modules)
     found = tangles(graph)
     assert not found, f"modules of {PACKAGE} that import each other (imports inside functions count):\n" + "\n".join(
-        describe(members, graph) for members in found)
+        describe(members, graph) for members in found
+    )
 
 
 def test_the_cycle_finder_finds_a_lazy_cycle(tmp_path):
@@ -198,6 +207,9 @@ sys.exit(1 if failed or outside else 0)
 def test_every_module_imports_on_its_own_and_none_brings_in_the_lab_or_matplotlib():
     names = sorted(package_modules())
     assert {"llama_rpc_deploy.__main__", "llama_rpc_deploy.bench"} <= set(names)
-    done = subprocess.run([sys.executable, "-c", ISOLATED_IMPORTS, *names], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
-    assert done.returncode == 0, f"these modules fail to import on their own, or import lab/matplotlib:\n{done.stdout}{done.stderr}"
+    done = subprocess.run(
+        [sys.executable, "-c", ISOLATED_IMPORTS, *names], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, (
+        f"these modules fail to import on their own, or import lab/matplotlib:\n{done.stdout}{done.stderr}"
+    )

@@ -1,4 +1,5 @@
 """Models on demand (llama_models): llama-server as a router over a preset with one section per model."""
+
 import configparser
 
 import pytest
@@ -10,8 +11,9 @@ from llama_rpc_deploy.settings import SettingsError
 from .helpers import MODEL, cluster, flag, server_script, words
 
 QWEN = "/srv/models/Qwen/Qwen3-8B-Q4_K_M.gguf"
-TWO = {"qwen3-8b": {"llama_model_path": QWEN, "llama_ctx_size": 32768, "llama_parallel": 1,
-                    "llama_tensor_split": [1, 3]}}
+TWO = {
+    "qwen3-8b": {"llama_model_path": QWEN, "llama_ctx_size": 32768, "llama_parallel": 1, "llama_tensor_split": [1, 3]}
+}
 
 
 def preset(c) -> configparser.ConfigParser:
@@ -49,12 +51,27 @@ def test_each_model_gets_its_own_section():
     default = "gemma-4-31B-it-qat-UD-Q4_K_XL"
     assert c.served_models() == [default, "qwen3-8b"]
     assert ini.sections() == [default, "qwen3-8b"]
-    assert dict(ini[default]) == {"model": "/models/gemma-4-31B-it-qat-UD-Q4_K_XL.gguf", "n-gpu-layers": "999",
-                                  "tensor-split": "1,1", "ctx-size": "65536", "parallel": "4", "cache-type-k": "f16",
-                                  "cache-type-v": "f16", "flash-attn": "auto", "load-on-startup": "true"}
-    assert dict(ini["qwen3-8b"]) == {"model": "/models-1/Qwen3-8B-Q4_K_M.gguf", "n-gpu-layers": "999",
-                                     "tensor-split": "1,3", "ctx-size": "32768", "parallel": "1",
-                                     "cache-type-k": "f16", "cache-type-v": "f16", "flash-attn": "auto"}
+    assert dict(ini[default]) == {
+        "model": "/models/gemma-4-31B-it-qat-UD-Q4_K_XL.gguf",
+        "n-gpu-layers": "999",
+        "tensor-split": "1,1",
+        "ctx-size": "65536",
+        "parallel": "4",
+        "cache-type-k": "f16",
+        "cache-type-v": "f16",
+        "flash-attn": "auto",
+        "load-on-startup": "true",
+    }
+    assert dict(ini["qwen3-8b"]) == {
+        "model": "/models-1/Qwen3-8B-Q4_K_M.gguf",
+        "n-gpu-layers": "999",
+        "tensor-split": "1,3",
+        "ctx-size": "32768",
+        "parallel": "1",
+        "cache-type-k": "f16",
+        "cache-type-v": "f16",
+        "flash-attn": "auto",
+    }
 
 
 def test_an_entry_with_llama_model_paths_file_names_the_default():
@@ -76,20 +93,32 @@ def test_a_projector_per_model_is_mounted():
     assert "mmproj" not in preset(plain)["qwen3-8b"]  # the shared projector is llama_model_path's model's only
 
 
-@pytest.mark.parametrize("models, words_", [
-    ("qwen", "expected a mapping of model names"),
-    ({"a b": {"llama_model_path": QWEN}}, "model name 'a b'"),
-    ({"-x": {"llama_model_path": QWEN}}, "model name '-x'"),
-    ({"q": {"llama_ctx_size": 4096}}, "q = {'llama_ctx_size': 4096}: expected a mapping with at least llama_model_path"),
-    ({"q": {"llama_model_path": QWEN, "rpc_port": 1}}, "q.rpc_port: expected one of the settings a model may set"),
-    ({"q": {"llama_model_path": QWEN, "llama_ctx_size": "big"}}, "q.llama_ctx_size = 'big': expected an integer"),
-    ({"q": {"llama_model_path": "/srv/m;x.gguf"}}, "q.llama_model_path = '/srv/m;x.gguf': expected an absolute path"),
-    ({"q": {"llama_model_path": "/srv/m/x.bin"}}, "llama_model_path = '/srv/m/x.bin': expected a .gguf file"),
-    ({"q": {"llama_model_path": QWEN, "llama_parallel": 128}}, "(llama_models: q): llama_parallel = 128"),
-    ({"q": {"llama_model_path": QWEN, "llama_tensor_split": [1, 1, 1]}}, "expected 2 numbers, one per device"),
-    ({"q": {"llama_model_path": QWEN}, "r": {"llama_model_path": QWEN}}, "under two names"),
-    ({"gemma-4-31B-it-qat-UD-Q4_K_XL": {"llama_model_path": QWEN}}, "is served as 'gemma-4-31B-it-qat-UD-Q4_K_XL' too"),
-])
+@pytest.mark.parametrize(
+    "models, words_",
+    [
+        ("qwen", "expected a mapping of model names"),
+        ({"a b": {"llama_model_path": QWEN}}, "model name 'a b'"),
+        ({"-x": {"llama_model_path": QWEN}}, "model name '-x'"),
+        (
+            {"q": {"llama_ctx_size": 4096}},
+            "q = {'llama_ctx_size': 4096}: expected a mapping with at least llama_model_path",
+        ),
+        ({"q": {"llama_model_path": QWEN, "rpc_port": 1}}, "q.rpc_port: expected one of the settings a model may set"),
+        ({"q": {"llama_model_path": QWEN, "llama_ctx_size": "big"}}, "q.llama_ctx_size = 'big': expected an integer"),
+        (
+            {"q": {"llama_model_path": "/srv/m;x.gguf"}},
+            "q.llama_model_path = '/srv/m;x.gguf': expected an absolute path",
+        ),
+        ({"q": {"llama_model_path": "/srv/m/x.bin"}}, "llama_model_path = '/srv/m/x.bin': expected a .gguf file"),
+        ({"q": {"llama_model_path": QWEN, "llama_parallel": 128}}, "(llama_models: q): llama_parallel = 128"),
+        ({"q": {"llama_model_path": QWEN, "llama_tensor_split": [1, 1, 1]}}, "expected 2 numbers, one per device"),
+        ({"q": {"llama_model_path": QWEN}, "r": {"llama_model_path": QWEN}}, "under two names"),
+        (
+            {"gemma-4-31B-it-qat-UD-Q4_K_XL": {"llama_model_path": QWEN}},
+            "is served as 'gemma-4-31B-it-qat-UD-Q4_K_XL' too",
+        ),
+    ],
+)
 def test_bad_models_are_refused_in_one_line(models, words_):
     with pytest.raises(SettingsError) as error:
         cluster(all_data={"llama_models": models, "llama_ctx_size": 32768})
@@ -114,14 +143,31 @@ def test_plan_plans_every_model_with_its_own_settings(tmp_path, capsys, place_se
     from llama_rpc_deploy.__main__ import main
 
     inventory = tmp_path / "inventory.py"
-    inventory.write_text('coordinator = [("10.0.0.10", {"gpus": ["RTX 4080"]})]\n'
-                         'workers = [("10.0.0.20", {"gpus": ["RTX 5060 Ti"]})]\n')
+    inventory.write_text(
+        'coordinator = [("10.0.0.10", {"gpus": ["RTX 4080"]})]\nworkers = [("10.0.0.20", {"gpus": ["RTX 5060 Ti"]})]\n'
+    )
     first = place_sentence_model("one", tmp_path / "one.gguf")  # lab.testmodel's sentence models (tests/conftest.py)
     second = place_sentence_model("two", tmp_path / "two" / "two.gguf")
-    models = {"two": {"llama_model_path": str(second), "llama_ctx_size": 1024, "llama_parallel": 1,
-                      "llama_tensor_split": [1, 3]}}
-    data = ["--data", f"llama_model_path={first}", "--data", f"llama_models={json.dumps(models)}",
-            "--data", "llama_ctx_size=2048", "--data", "llama_parallel=2", "--data", "llama_tensor_split=[1,1]"]
+    models = {
+        "two": {
+            "llama_model_path": str(second),
+            "llama_ctx_size": 1024,
+            "llama_parallel": 1,
+            "llama_tensor_split": [1, 3],
+        }
+    }
+    data = [
+        "--data",
+        f"llama_model_path={first}",
+        "--data",
+        f"llama_models={json.dumps(models)}",
+        "--data",
+        "llama_ctx_size=2048",
+        "--data",
+        "llama_parallel=2",
+        "--data",
+        "llama_tensor_split=[1,1]",
+    ]
     assert main(["plan", "-i", str(inventory), *data]) == 0
     out = capsys.readouterr().out
     assert "model 'one' (loaded at start):" in out and "model 'two':" in out
@@ -136,13 +182,30 @@ def test_the_folder_serves_every_model_of_its_own():
     from llama_rpc_deploy.cluster import folder_models
 
     folder = "/srv/models/lmstudio-community"
-    files = [f"{folder}/{n}" for n in ("gemma-4-31B-it-qat-UD-Q4_K_XL.gguf", "mmproj-gemma-4-31B-F16.gguf",
-                                       "mtp-gemma-4-31B.gguf", "Qwen3 8B (Q4_K_M).gguf", "big-00001-of-00002.gguf",
-                                       "big-00002-of-00002.gguf", "notes.txt")]
+    files = [
+        f"{folder}/{n}"
+        for n in (
+            "gemma-4-31B-it-qat-UD-Q4_K_XL.gguf",
+            "mmproj-gemma-4-31B-F16.gguf",
+            "mtp-gemma-4-31B.gguf",
+            "Qwen3 8B (Q4_K_M).gguf",
+            "big-00001-of-00002.gguf",
+            "big-00002-of-00002.gguf",
+            "notes.txt",
+        )
+    ]
     assert [f.rsplit("/", 1)[1] for f in folder_models(files)] == [
-        "Qwen3 8B (Q4_K_M).gguf", "big-00001-of-00002.gguf", "gemma-4-31B-it-qat-UD-Q4_K_XL.gguf"]
-    c = cluster(all_data={"llama_models_folder": True, "llama_tensor_split": [1, 1],
-                          "llama_models": {"qwen": {"llama_model_path": files[3], "llama_ctx_size": 8192}}})
+        "Qwen3 8B (Q4_K_M).gguf",
+        "big-00001-of-00002.gguf",
+        "gemma-4-31B-it-qat-UD-Q4_K_XL.gguf",
+    ]
+    c = cluster(
+        all_data={
+            "llama_models_folder": True,
+            "llama_tensor_split": [1, 1],
+            "llama_models": {"qwen": {"llama_model_path": files[3], "llama_ctx_size": 8192}},
+        }
+    )
     assert c.router and c.served_models() == ["gemma-4-31B-it-qat-UD-Q4_K_XL", "qwen"]  # before the listing
     c = c.with_folder(files)
     assert c.served_models() == ["gemma-4-31B-it-qat-UD-Q4_K_XL", "qwen", "big-00001-of-00002"]
@@ -162,11 +225,19 @@ def test_plan_reads_the_folder_here(tmp_path, capsys, place_sentence_model):
     from llama_rpc_deploy.__main__ import main
 
     inventory = tmp_path / "inventory.py"
-    inventory.write_text('coordinator = [("10.0.0.10", {"gpus": ["RTX 4080"]})]\n'
-                         'workers = [("10.0.0.20", {"gpus": ["RTX 5060 Ti"]})]\n')
+    inventory.write_text(
+        'coordinator = [("10.0.0.10", {"gpus": ["RTX 4080"]})]\nworkers = [("10.0.0.20", {"gpus": ["RTX 5060 Ti"]})]\n'
+    )
     first = place_sentence_model("one", tmp_path / "models" / "one.gguf")  # lab.testmodel's sentence models
     place_sentence_model("two", tmp_path / "models" / "two.gguf")
-    data = ["--data", f"llama_model_path={first}", "--data", "llama_models_folder=true", "--data", "llama_ctx_size=2048"]
+    data = [
+        "--data",
+        f"llama_model_path={first}",
+        "--data",
+        "llama_models_folder=true",
+        "--data",
+        "llama_ctx_size=2048",
+    ]
     assert main(["plan", "-i", str(inventory), *data]) == 0
     out = capsys.readouterr().out
     assert "model 'one' (loaded at start):" in out and "model 'two':" in out
@@ -180,7 +251,9 @@ def test_a_folder_file_no_setting_could_name_is_refused_in_one_line():
     with pytest.raises(SettingsError) as error:
         c.with_folder(["/srv/models/lmstudio-community/q4;v2.gguf"])
     message = str(error.value)
-    assert message.startswith("group_data/all.py: llama_models_folder: the file '/srv/models/lmstudio-community/q4;v2.gguf'")
+    assert message.startswith(
+        "group_data/all.py: llama_models_folder: the file '/srv/models/lmstudio-community/q4;v2.gguf'"
+    )
     assert "expected an absolute path" in message and "\n" not in message
 
 

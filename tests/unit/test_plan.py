@@ -1,8 +1,19 @@
 """The planner's arithmetic against figures computed by hand, on GGUF headers shaped like real models."""
+
 import pytest
 
 from llama_rpc_deploy.gguf_header import read_model
-from llama_rpc_deploy.plan import GIB, Context, Device, auto_split, ceiling, kv_bytes, place, plan_cluster, render_shares
+from llama_rpc_deploy.plan import (
+    GIB,
+    Context,
+    Device,
+    auto_split,
+    ceiling,
+    kv_bytes,
+    place,
+    plan_cluster,
+    render_shares,
+)
 
 from .helpers import cluster, seed_model
 from .shaped import write_shaped
@@ -12,24 +23,59 @@ from .shaped import write_shaped
 def llama8b(tmp_path_factory):
     """Llama-3.1-8B's shapes in Q4_K (Q6_K embeddings and output)."""
     path = tmp_path_factory.mktemp("m") / "llama-8b.gguf"
-    return read_model(write_shaped(path, arch="llama", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, head_dim=128,
-                                   n_ff=14336, n_vocab=128256))
+    return read_model(
+        write_shaped(
+            path,
+            arch="llama",
+            n_layer=32,
+            n_embd=4096,
+            n_head=32,
+            n_head_kv=8,
+            head_dim=128,
+            n_ff=14336,
+            n_vocab=128256,
+        )
+    )
 
 
 @pytest.fixture(scope="module")
 def gemma27b(tmp_path_factory):
     """Gemma-3-27B's shapes: 62 layers, sliding window 1024 on 5 of every 6, tied embeddings."""
     path = tmp_path_factory.mktemp("m") / "gemma-27b.gguf"
-    return read_model(write_shaped(path, arch="gemma3", n_layer=62, n_embd=5376, n_head=32, n_head_kv=16, head_dim=128,
-                                   n_ff=21504, n_vocab=262208, window=1024, tied=True))
+    return read_model(
+        write_shaped(
+            path,
+            arch="gemma3",
+            n_layer=62,
+            n_embd=5376,
+            n_head=32,
+            n_head_kv=16,
+            head_dim=128,
+            n_ff=21504,
+            n_vocab=262208,
+            window=1024,
+            tied=True,
+        )
+    )
 
 
 @pytest.fixture(scope="module")
 def dense31b(tmp_path_factory):
     """A dense 31B-class model (60 layers, 4 KV heads): 18 GB in Q4_K, too big for one 16 GB card."""
     path = tmp_path_factory.mktemp("m") / "dense-31b.gguf"
-    return read_model(write_shaped(path, arch="llama", n_layer=60, n_embd=5120, n_head=40, n_head_kv=4, head_dim=128,
-                                   n_ff=27648, n_vocab=262144))
+    return read_model(
+        write_shaped(
+            path,
+            arch="llama",
+            n_layer=60,
+            n_embd=5120,
+            n_head=40,
+            n_head_kv=4,
+            head_dim=128,
+            n_ff=27648,
+            n_vocab=262144,
+        )
+    )
 
 
 def test_dense_layer_bytes_by_hand(llama8b):
@@ -53,7 +99,9 @@ def test_sliding_window_kv_by_hand(gemma27b):
     # each of the 4 slots is a stream of 16384 cells: global: 10 layers x 4 x 16384 cells; sliding: 52 layers x
     # 4 x min(16384, 1024 + 512) cells;
     # each cell (16 x 128 K + 16 x 128 V) x 2 bytes = 8192 bytes
-    assert kv_bytes(gemma27b, list(range(62)), Context(65536, 4, "f16", "f16")) == 10 * 65536 * 8192 + 52 * 4 * 1536 * 8192
+    assert (
+        kv_bytes(gemma27b, list(range(62)), Context(65536, 4, "f16", "f16")) == 10 * 65536 * 8192 + 52 * 4 * 1536 * 8192
+    )
     # --kv-unified: one stream of 65536 cells; the window holds 1024 x 4 slots + 512
     unified = Context(65536, 4, "f16", "f16", unified=True)
     assert kv_bytes(gemma27b, list(range(62)), unified) == 10 * 65536 * 8192 + 52 * 4608 * 8192
@@ -84,35 +132,50 @@ def test_auto_split_fills_the_faster_card_first():
 
 def test_plan_for_the_seed_pair_fits_64k_and_refuses_128k(dense31b):
     assert dense31b.weight_bytes > 16 * GIB  # fits neither card alone
-    fits = plan_cluster(cluster(all_data={"llama_ctx_size": 65536, "llama_parallel": 4, "llama_tensor_split": "auto"}),
-                        dense31b)
+    fits = plan_cluster(
+        cluster(all_data={"llama_ctx_size": 65536, "llama_parallel": 4, "llama_tensor_split": "auto"}), dense31b
+    )
     assert fits.fits, fits.problems
     assert [p.device.name for p in fits.placements] == ["RPC0", "CUDA0"]
     assert sum(len(p.layers) for p in fits.placements) == 60 and fits.host_bytes == dense31b.input_bytes
     # KV at 128K: 60 layers x 131072 cells x (512 + 512) x 2 bytes = 15 GiB on top of 18 GB of weights
     assert kv_bytes(dense31b, list(range(60)), Context(131072, 4, "f16", "f16")) == 60 * 131072 * 1024 * 2 == 15 * GIB
-    too_big = plan_cluster(cluster(all_data={"llama_ctx_size": 131072, "llama_parallel": 4, "llama_tensor_split": [1, 1]}),
-                           dense31b)
+    too_big = plan_cluster(
+        cluster(all_data={"llama_ctx_size": 131072, "llama_parallel": 4, "llama_tensor_split": [1, 1]}), dense31b
+    )
     assert not too_big.fits
     assert any(p.startswith("128K context with f16 KV needs ") and "it has 15.1" in p for p in too_big.problems)
 
 
 def test_sliding_window_makes_128k_fit_where_dense_does_not(gemma27b):
-    plan = plan_cluster(cluster(all_data={"llama_ctx_size": 131072, "llama_parallel": 4, "llama_tensor_split": [1, 1]}),
-                        gemma27b)
+    plan = plan_cluster(
+        cluster(all_data={"llama_ctx_size": 131072, "llama_parallel": 4, "llama_tensor_split": [1, 1]}), gemma27b
+    )
     assert plan.fits, plan.problems
 
 
 def test_plan_warns_on_quantized_kv_that_is_not_needed_and_on_speculative_decoding(gemma27b):
-    plan = plan_cluster(cluster(all_data={"llama_ctx_size": 8192, "llama_cache_type_k": "q8_0", "llama_cache_type_v": "q8_0",
-                                          "llama_extra_args": ["--spec-type", "mtp"]}), gemma27b)
+    plan = plan_cluster(
+        cluster(
+            all_data={
+                "llama_ctx_size": 8192,
+                "llama_cache_type_k": "q8_0",
+                "llama_cache_type_v": "q8_0",
+                "llama_extra_args": ["--spec-type", "mtp"],
+            }
+        ),
+        gemma27b,
+    )
     assert any("although f16 fits" in w for w in plan.warnings)
     assert any("speculative decoding" in w for w in plan.warnings)
 
 
 def test_partial_offload_keeps_the_first_layers_on_the_host(llama8b):
-    c = cluster(coordinator={"gpus": []}, workers=[{"gpus": []}, {"gpus": []}],
-                all_data={"image_backend": "cpu", "llama_n_gpu_layers": 6, "llama_tensor_split": [1, 1]})
+    c = cluster(
+        coordinator={"gpus": []},
+        workers=[{"gpus": []}, {"gpus": []}],
+        all_data={"image_backend": "cpu", "llama_n_gpu_layers": 6, "llama_tensor_split": [1, 1]},
+    )
     plan = plan_cluster(c, llama8b)
     # llama.cpp counts the output layer as layer 32: -ngl 6 offloads layers 27..31 and the output
     assert [p.layers for p in plan.placements] == [[27, 28, 29], [30, 31]]
@@ -121,11 +184,16 @@ def test_partial_offload_keeps_the_first_layers_on_the_host(llama8b):
 
 
 def test_auto_split_refuses_cpu_devices_whose_memory_it_cannot_know(llama8b):
-    c = cluster(coordinator={"gpus": []}, workers=[{"gpus": []}], all_data={"image_backend": "cpu",
-                                                                           "llama_tensor_split": "auto"})
+    c = cluster(
+        coordinator={"gpus": []},
+        workers=[{"gpus": []}],
+        all_data={"image_backend": "cpu", "llama_tensor_split": "auto"},
+    )
     plan = plan_cluster(c, llama8b)
-    assert any("llama_tensor_split = 'auto' needs every device's memory, and RPC0 (10.0.0.20) is a CPU device" in p
-               for p in plan.problems)
+    assert any(
+        "llama_tensor_split = 'auto' needs every device's memory, and RPC0 (10.0.0.20) is a CPU device" in p
+        for p in plan.problems
+    )
 
 
 def test_auto_split_reaches_the_launch_script(dense31b):
@@ -154,8 +222,19 @@ def test_cards_count_what_nvidia_smi_reports_less_the_cuda_context():
 
 
 def test_an_architecture_the_planner_does_not_model_is_named_not_guessed(tmp_path):
-    phi = read_model(write_shaped(tmp_path / "phi.gguf", arch="phi3", n_layer=32, n_embd=3072, n_head=32,
-                                  n_head_kv=32, head_dim=96, n_ff=8192, n_vocab=32064))
+    phi = read_model(
+        write_shaped(
+            tmp_path / "phi.gguf",
+            arch="phi3",
+            n_layer=32,
+            n_embd=3072,
+            n_head=32,
+            n_head_kv=32,
+            head_dim=96,
+            n_ff=8192,
+            n_vocab=32064,
+        )
+    )
     assert not phi.kv_modeled
     auto = plan_cluster(cluster(all_data={"llama_tensor_split": "auto"}), phi)
     assert any("architecture 'phi3'" in p and "expected llama_tensor_split as a list" in p for p in auto.problems)
@@ -192,8 +271,9 @@ def test_the_largest_context_is_where_the_auto_split_stops_fitting(dense31b):
 def test_the_plan_says_how_much_context_each_request_gets(gemma27b):
     per_slot = plan_cluster(cluster(all_data={"llama_ctx_size": 65536, "llama_parallel": 4}), gemma27b)
     assert "up to 16384 tokens per request" in per_slot.table()
-    unified = plan_cluster(cluster(all_data={"llama_ctx_size": 65536, "llama_parallel": 4, "llama_kv_unified": True}),
-                           gemma27b)
+    unified = plan_cluster(
+        cluster(all_data={"llama_ctx_size": 65536, "llama_parallel": 4, "llama_kv_unified": True}), gemma27b
+    )
     assert "up to 65536 tokens per request" in unified.table()
     assert unified.placements[0].kv < per_slot.placements[0].kv  # one window of 4 x 1024 + 512 instead of 4 of 1536
 
@@ -216,13 +296,25 @@ def test_plan_ends_in_one_line_on_a_file_that_is_not_gguf(tmp_path, capsys):
     from llama_rpc_deploy.__main__ import main
 
     inventory = tmp_path / "inventory.py"
-    inventory.write_text('coordinator = [("10.0.0.10", {"gpus": ["RTX 4080"]})]\n'
-                         'workers = [("10.0.0.20", {"gpus": ["RTX 5060 Ti"]})]\n')
+    inventory.write_text(
+        'coordinator = [("10.0.0.10", {"gpus": ["RTX 4080"]})]\nworkers = [("10.0.0.20", {"gpus": ["RTX 5060 Ti"]})]\n'
+    )
     junk = tmp_path / "model.gguf"
     junk.write_text("not a model\n")
     cut = tmp_path / "cut.gguf"
-    cut.write_bytes(write_shaped(tmp_path / "whole.gguf", arch="llama", n_layer=2, n_embd=256, n_head=4,
-                                 n_head_kv=4, head_dim=64, n_ff=512, n_vocab=256).read_bytes()[:100])
+    cut.write_bytes(
+        write_shaped(
+            tmp_path / "whole.gguf",
+            arch="llama",
+            n_layer=2,
+            n_embd=256,
+            n_head=4,
+            n_head_kv=4,
+            head_dim=64,
+            n_ff=512,
+            n_vocab=256,
+        ).read_bytes()[:100]
+    )
     for path, words in ((junk, "not a GGUF file"), (cut, "ends inside its GGUF header")):
         assert main(["plan", "-i", str(inventory), "--model", str(path), "--data", "llama_model_path=/m.gguf"]) == 2
         err = capsys.readouterr().err
@@ -231,15 +323,29 @@ def test_plan_ends_in_one_line_on_a_file_that_is_not_gguf(tmp_path, capsys):
 
 def test_a_context_past_the_trained_length_is_refused_unless_rope_scaling_stretches_it(llama8b):
     """llama.cpp compares each request's share (n_ctx_seq) with the trained length, not the whole context."""
-    past = plan_cluster(cluster(all_data={"llama_ctx_size": 262144, "llama_parallel": 1, "llama_tensor_split": [1, 1]}),
-                        llama8b)
-    assert any("llama_ctx_size = 262144 gives each request 262144 tokens, more than the 131072 llama was trained for: "
-               "expected at most 131072 per request" in p for p in past.problems)
-    shared = plan_cluster(cluster(all_data={"llama_ctx_size": 262144, "llama_parallel": 4, "llama_tensor_split": [1, 1]}),
-                          llama8b)
+    past = plan_cluster(
+        cluster(all_data={"llama_ctx_size": 262144, "llama_parallel": 1, "llama_tensor_split": [1, 1]}), llama8b
+    )
+    assert any(
+        "llama_ctx_size = 262144 gives each request 262144 tokens, more than the 131072 llama was trained for: "
+        "expected at most 131072 per request" in p
+        for p in past.problems
+    )
+    shared = plan_cluster(
+        cluster(all_data={"llama_ctx_size": 262144, "llama_parallel": 4, "llama_tensor_split": [1, 1]}), llama8b
+    )
     assert not any("trained for" in p for p in shared.problems)  # 65536 a request
-    stretched = plan_cluster(cluster(all_data={"llama_ctx_size": 262144, "llama_parallel": 1, "llama_tensor_split": [1, 1],
-                                               "llama_extra_args": ["--rope-scaling", "yarn"]}), llama8b)
+    stretched = plan_cluster(
+        cluster(
+            all_data={
+                "llama_ctx_size": 262144,
+                "llama_parallel": 1,
+                "llama_tensor_split": [1, 1],
+                "llama_extra_args": ["--rope-scaling", "yarn"],
+            }
+        ),
+        llama8b,
+    )
     assert not any("trained for" in p for p in stretched.problems)
 
 
@@ -252,8 +358,10 @@ def test_a_command_whose_server_does_not_answer_ends_in_one_line(tmp_path, capsy
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     inventory = tmp_path / "inventory.py"
-    inventory.write_text(f'coordinator = [("127.0.0.1", {{"llama_model_path": "/m.gguf", "image_backend": "cpu", '
-                         f'"llama_port": {port}}})]\nworkers = [("127.0.0.2", {{}})]\n')
+    inventory.write_text(
+        f'coordinator = [("127.0.0.1", {{"llama_model_path": "/m.gguf", "image_backend": "cpu", '
+        f'"llama_port": {port}}})]\nworkers = [("127.0.0.2", {{}})]\n'
+    )
     assert main(["complete", "-i", str(inventory), "-n", "1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: complete: ") and err.count("\n") == 1, err

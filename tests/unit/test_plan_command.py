@@ -1,5 +1,6 @@
 """`llama-rpc plan` answers "will it fit?" before any editing: on the checkout's own inventory.py and group_data,
 unedited, with only --model; and with --gpus, with no inventory at all. The deploy still refuses both."""
+
 import pytest
 
 from llama_rpc_deploy.__main__ import main
@@ -14,8 +15,17 @@ from .shaped import write_shaped
 @pytest.fixture
 def model(tmp_path):
     """A 17 GB-class header (the data a hole): 60 layers of Q4_K, as the pair's model is split."""
-    return write_shaped(tmp_path / "gemma.gguf", arch="llama", n_layer=60, n_embd=5376, n_head=32, n_head_kv=4,
-                        head_dim=128, n_ff=21504, n_vocab=262144)
+    return write_shaped(
+        tmp_path / "gemma.gguf",
+        arch="llama",
+        n_layer=60,
+        n_embd=5376,
+        n_head=32,
+        n_head_kv=4,
+        head_dim=128,
+        n_ff=21504,
+        n_vocab=262144,
+    )
 
 
 @pytest.fixture

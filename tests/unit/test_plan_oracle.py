@@ -4,6 +4,7 @@ The expected figures are llama-fit-params' (the pinned b11312), recorded in test
 with `python3 -m tests.oracle BIN_DIR tests/oracle_fit_params.json`; the lab runs the same grid live
 from the deployed image (tests/e2e/test_lab_fit_params.py).
 """
+
 import json
 
 import pytest
@@ -24,8 +25,16 @@ def models(tmp_path_factory):
 
 
 def test_the_recording_covers_the_whole_grid():
-    assert len(FAMILIES) >= 8 and {m for m in FAMILIES} >= {"llama3", "gemma3", "gemma4", "qwen3", "qwen3moe",
-                                                              "gpt-oss", "deepseek2", "lfm2"}
+    assert len(FAMILIES) >= 8 and {m for m in FAMILIES} >= {
+        "llama3",
+        "gemma3",
+        "gemma4",
+        "qwen3",
+        "qwen3moe",
+        "gpt-oss",
+        "deepseek2",
+        "lfm2",
+    }
     assert list(RECORDED) == [c.key for c in oracle.grid()]
     assert all(RECORDED[key] for key in RECORDED)
 
@@ -57,8 +66,17 @@ def test_latent_attention_wants_one_kv_type(models):
 
     from .helpers import cluster
 
-    mixed = plan_cluster(cluster(all_data={"llama_cache_type_k": "q8_0", "llama_cache_type_v": "f16",
-                                           "llama_ctx_size": 8192, "llama_parallel": 1}), models["deepseek2"])
+    mixed = plan_cluster(
+        cluster(
+            all_data={
+                "llama_cache_type_k": "q8_0",
+                "llama_cache_type_v": "f16",
+                "llama_ctx_size": 8192,
+                "llama_parallel": 1,
+            }
+        ),
+        models["deepseek2"],
+    )
     assert any("uses latent attention (MLA)" in p and "expected the same type for both" in p for p in mixed.problems)
     same = plan_cluster(cluster(all_data={"llama_ctx_size": 8192, "llama_parallel": 1}), models["deepseek2"])
     assert not any("latent attention" in p for p in same.problems)

@@ -4,6 +4,7 @@ programs.py writes, and stand-ins on PATH for ss, systemctl, docker, iptables, s
 No test waits: the watchdogs take a bounded number of looks (--passes N) and their `sleep` is a stand-in
 that only records how long it was asked to sleep.
 """
+
 import json
 import os
 import shutil
@@ -16,9 +17,21 @@ import threading
 import pytest
 
 from llama_rpc_deploy import programs, render, roles
-from llama_rpc_deploy.programs import FILES, PROGRAMS, WATCHDOG_LIBRARY, cache_prune_env, env_file, firewall_env, front_drain_env, llama_server_watchdog_env, rpc_server_watchdog_env, wait_for_workers_env
+from llama_rpc_deploy.programs import (
+    FILES,
+    PROGRAMS,
+    WATCHDOG_LIBRARY,
+    cache_prune_env,
+    env_file,
+    firewall_env,
+    front_drain_env,
+    llama_server_watchdog_env,
+    rpc_server_watchdog_env,
+    wait_for_workers_env,
+)
 
 from .helpers import IMAGE, cluster
+
 ENDPOINT = "10.0.0.20:50052"
 OTHER = "10.0.0.21:50052"
 SERVER_UNIT = "llama-server.service"
@@ -26,6 +39,7 @@ WORKER_UNIT = "rpc-server.service"
 
 
 # --- running a program ------------------------------------------------------------------------------------
+
 
 def interpreter(name):
     """The program's own interpreter, from its #! line (absolute: PATH holds only the stand-ins and /usr/bin:/bin)."""
@@ -57,8 +71,10 @@ class Host:
     def next(self, name):
         """Shell that sets v to the next value of the sequence name (builtins only: stand-ins must be quick)."""
         seq, count = self.dir / f"{name}.seq", self.dir / f"{name}.count"
-        return (f'n=0; [ ! -f {count} ] || read -r n < {count}; n=$((n + 1)); echo $n > {count}; '
-                f'i=0; while [ $i -lt $n ] && read -r line; do i=$((i + 1)); v=$line; done < {seq}')
+        return (
+            f"n=0; [ ! -f {count} ] || read -r n < {count}; n=$((n + 1)); echo $n > {count}; "
+            f"i=0; while [ $i -lt $n ] && read -r line; do i=$((i + 1)); v=$line; done < {seq}"
+        )
 
     @staticmethod
     def cat(path):
@@ -68,9 +84,14 @@ class Host:
         """Run the shipped program name with the settings env; PATH: the stand-ins, then /usr/bin:/bin."""
         env_path = self.dir / name.replace(".sh", ".env")
         env_path.write_text(env)
-        return subprocess.run([*interpreter(name), str(FILES / name), *args], capture_output=True,
-                              text=True, timeout=10, cwd=self.dir,
-                              env={"PATH": path or f"{self.bin}:/usr/bin:/bin", "LLAMA_RPC_ENV": str(env_path)})
+        return subprocess.run(
+            [*interpreter(name), str(FILES / name), *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=self.dir,
+            env={"PATH": path or f"{self.bin}:/usr/bin:/bin", "LLAMA_RPC_ENV": str(env_path)},
+        )
 
 
 def without(env, key):
@@ -79,6 +100,7 @@ def without(env, key):
 
 
 # --- programs.py ------------------------------------------------------------------------------------------
+
 
 def test_programs_are_the_shipped_files_and_executable():
     assert set(PROGRAMS) <= {p.name for p in FILES.glob("*.sh")}
@@ -92,16 +114,32 @@ def test_programs_are_the_shipped_files_and_executable():
 def test_env_file_quotes_every_value():
     assert env_file(A="plain", B=7, C=["x:1", "y:2"], D=(), E="") == "A=plain\nB=7\nC='x:1 y:2'\nD=''\nE=''\n"
     hostile = "img'; echo owned; echo '$(id) `id` \" \\ $HOME"
-    out = subprocess.run(["bash", "-uc", f'{env_file(IMAGE=hostile, LIST=["a$(id)", "b"])}\nprintf "%s|" "$IMAGE" "$LIST"'],
-                         capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"}).stdout
+    out = subprocess.run(
+        ["bash", "-uc", f'{env_file(IMAGE=hostile, LIST=["a$(id)", "b"])}\nprintf "%s|" "$IMAGE" "$LIST"'],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    ).stdout
     assert out == f"{hostile}|a$(id) b|"
 
 
-@pytest.mark.parametrize("values,error", [
-    ({"lower": "x"}, ValueError), ({"1ABC": "x"}, ValueError), ({"A-B": "x"}, ValueError), ({"_A": "x"}, ValueError),
-    ({"A": ["two words"]}, ValueError), ({"A": ["tab\there"]}, ValueError), ({"A": ["ok", ""]}, ValueError),
-    ({"A": True}, TypeError), ({"A": 0.5}, TypeError), ({"A": None}, TypeError), ({"A": [["nested"]]}, TypeError),
-])
+@pytest.mark.parametrize(
+    "values,error",
+    [
+        ({"lower": "x"}, ValueError),
+        ({"1ABC": "x"}, ValueError),
+        ({"A-B": "x"}, ValueError),
+        ({"_A": "x"}, ValueError),
+        ({"A": ["two words"]}, ValueError),
+        ({"A": ["tab\there"]}, ValueError),
+        ({"A": ["ok", ""]}, ValueError),
+        ({"A": True}, TypeError),
+        ({"A": 0.5}, TypeError),
+        ({"A": None}, TypeError),
+        ({"A": [["nested"]]}, TypeError),
+    ],
+)
 def test_env_file_refuses(values, error):
     with pytest.raises(error):
         env_file(**values)
@@ -109,19 +147,35 @@ def test_env_file_refuses(values, error):
 
 def test_env_functions_name_each_programs_settings():
     assert wait_for_workers_env(endpoints=[ENDPOINT, OTHER], timeout=45, image=IMAGE) == (
-        f"RPC_ENDPOINTS='{ENDPOINT} {OTHER}'\nRPC_WAIT_TIMEOUT=45\nIMAGE={IMAGE}\n")
-    assert llama_server_watchdog_env(endpoints=[ENDPOINT], interval=5, retransmissions=7, grace=15,
-                                     server_unit=SERVER_UNIT, no_drain_flag="/run/no drain") == (
+        f"RPC_ENDPOINTS='{ENDPOINT} {OTHER}'\nRPC_WAIT_TIMEOUT=45\nIMAGE={IMAGE}\n"
+    )
+    assert llama_server_watchdog_env(
+        endpoints=[ENDPOINT],
+        interval=5,
+        retransmissions=7,
+        grace=15,
+        server_unit=SERVER_UNIT,
+        no_drain_flag="/run/no drain",
+    ) == (
         f"RPC_ENDPOINTS={ENDPOINT}\nINTERVAL=5\nRETRANSMISSIONS=7\nGRACE=15\nSERVER_UNIT={SERVER_UNIT}\n"
-        "NO_DRAIN_FLAG='/run/no drain'\n")
-    assert front_drain_env(socket="/run/llama-front/admin.sock", backend="llama-server", server="llama-server",
-                           drain_seconds=120, no_drain_flag="/run/llama-rpc-no-drain") == (
+        "NO_DRAIN_FLAG='/run/no drain'\n"
+    )
+    assert front_drain_env(
+        socket="/run/llama-front/admin.sock",
+        backend="llama-server",
+        server="llama-server",
+        drain_seconds=120,
+        no_drain_flag="/run/llama-rpc-no-drain",
+    ) == (
         "SOCKET=/run/llama-front/admin.sock\nBACKEND=llama-server\nSERVER=llama-server\nDRAIN_SECONDS=120\n"
-        "NO_DRAIN_FLAG=/run/llama-rpc-no-drain\n")
+        "NO_DRAIN_FLAG=/run/llama-rpc-no-drain\n"
+    )
     assert rpc_server_watchdog_env(port=50052, interval=5, patience=20, server_unit=WORKER_UNIT) == (
-        f"RPC_PORT=50052\nINTERVAL=5\nPATIENCE=20\nSERVER_UNIT={WORKER_UNIT}\n")
+        f"RPC_PORT=50052\nINTERVAL=5\nPATIENCE=20\nSERVER_UNIT={WORKER_UNIT}\n"
+    )
     assert firewall_env(ports=[50053, 50052], chain="LLAMA-RPC", ipv4=["10.0.0.10", "192.168.1.0/24"], ipv6=[]) == (
-        "RPC_PORTS='50053 50052'\nCHAIN=LLAMA-RPC\nALLOW_IPV4='10.0.0.10 192.168.1.0/24'\nALLOW_IPV6=''\n")
+        "RPC_PORTS='50053 50052'\nCHAIN=LLAMA-RPC\nALLOW_IPV4='10.0.0.10 192.168.1.0/24'\nALLOW_IPV6=''\n"
+    )
     with pytest.raises(TypeError, match="endpoints"):
         wait_for_workers_env(endpoints=ENDPOINT, timeout=45, image=IMAGE)  # a string, not a list of them
     with pytest.raises(TypeError):
@@ -130,20 +184,33 @@ def test_env_functions_name_each_programs_settings():
 
 # --- every program ----------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def shellcheck_findings():
     """shellcheck once over every program (one process, not one a file): its findings, by the file they are in
     (shellcheck reports only on the files it is given, a sourced one included only when given too)."""
     shellcheck = shutil.which("shellcheck")
     assert shellcheck, "shellcheck is not installed: apt-get install shellcheck"
-    result = subprocess.run([shellcheck, "--norc", "--external-sources", "--severity=style", "--format=json1",
-                             *sorted(p.name for p in FILES.glob("*.sh"))], cwd=FILES, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [
+            shellcheck,
+            "--norc",
+            "--external-sources",
+            "--severity=style",
+            "--format=json1",
+            *sorted(p.name for p in FILES.glob("*.sh")),
+        ],
+        cwd=FILES,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode in (0, 1), result.stdout + result.stderr  # 1: findings; anything else: it could not check
     findings = {}
     for c in json.loads(result.stdout)["comments"]:
         findings.setdefault(c["file"], []).append(
-            f'{c["file"]}:{c["line"]}:{c["column"]}: {c["level"]}: {c["message"]} [SC{c["code"]}]')
+            f"{c['file']}:{c['line']}:{c['column']}: {c['level']}: {c['message']} [SC{c['code']}]"
+        )
     assert (result.returncode == 0) == (not findings), result.stdout + result.stderr
     return findings
 
@@ -156,14 +223,24 @@ def test_shellcheck(shellcheck_findings, name):
 
 SETTINGS = {
     "wait-for-workers.sh": wait_for_workers_env(endpoints=[ENDPOINT], timeout=1, image=IMAGE),
-    "llama-server-watchdog.sh": llama_server_watchdog_env(endpoints=[ENDPOINT], interval=5, retransmissions=7,
-                                                          grace=15, server_unit=SERVER_UNIT,
-                                                          no_drain_flag="/nonexistent/no-drain"),
+    "llama-server-watchdog.sh": llama_server_watchdog_env(
+        endpoints=[ENDPOINT],
+        interval=5,
+        retransmissions=7,
+        grace=15,
+        server_unit=SERVER_UNIT,
+        no_drain_flag="/nonexistent/no-drain",
+    ),
     "rpc-server-watchdog.sh": rpc_server_watchdog_env(port=50052, interval=5, patience=20, server_unit=WORKER_UNIT),
     "rpc-firewall.sh": firewall_env(ports=[50052], chain="LLAMA-RPC", ipv4=["10.0.0.10"], ipv6=[]),
     "rpc-cache-prune.sh": cache_prune_env(cache_dir="/nonexistent/rpc", max_bytes=1 << 30, min_age=10),
-    "front-drain.sh": front_drain_env(socket="/nonexistent/admin.sock", backend="llama-server", server="llama-server",
-                                      drain_seconds=5, no_drain_flag="/nonexistent/no-drain"),
+    "front-drain.sh": front_drain_env(
+        socket="/nonexistent/admin.sock",
+        backend="llama-server",
+        server="llama-server",
+        drain_seconds=5,
+        no_drain_flag="/nonexistent/no-drain",
+    ),
 }
 
 
@@ -171,21 +248,33 @@ def test_every_program_has_settings_here():
     assert set(SETTINGS) == set(PROGRAMS)
 
 
-@pytest.mark.parametrize("name,key", [(name, line.split("=")[0]) for name, env in SETTINGS.items()
-                                      for line in env.splitlines()])
+@pytest.mark.parametrize(
+    "name,key", [(name, line.split("=")[0]) for name, env in SETTINGS.items() for line in env.splitlines()]
+)
 def test_a_missing_setting_stops_the_program(tmp_path, name, key):
     """Every setting is required: without it the program fails at once and names it, and does nothing."""
     host = Host(tmp_path)
-    for tool in ("docker", "systemctl", "ss", "iptables", "iptables-restore", "ip6tables", "ip6tables-restore",
-                 "socat"):
+    for tool in (
+        "docker",
+        "systemctl",
+        "ss",
+        "iptables",
+        "iptables-restore",
+        "ip6tables",
+        "ip6tables-restore",
+        "socat",
+    ):
         host.stub(tool, "")
     result = host.run(name, without(SETTINGS[name], key), *ARGS.get(name, []))
     assert result.returncode != 0 and key in result.stderr
     assert not list(tmp_path.glob("*.log")), "it ran something"
 
 
-ARGS = {"llama-server-watchdog.sh": ["--passes", "1"], "rpc-server-watchdog.sh": ["--passes", "1"],
-        "front-drain.sh": ["drain"]}  # what each program runs with, where it takes arguments
+ARGS = {
+    "llama-server-watchdog.sh": ["--passes", "1"],
+    "rpc-server-watchdog.sh": ["--passes", "1"],
+    "front-drain.sh": ["drain"],
+}  # what each program runs with, where it takes arguments
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
@@ -195,17 +284,31 @@ def test_the_settings_file_is_next_to_the_program(tmp_path, name):
     script = tmp_path / "opt" / name
     script.symlink_to(FILES / name)
     (tmp_path / "opt" / WATCHDOG_LIBRARY).symlink_to(FILES / WATCHDOG_LIBRARY)  # shipped beside the watchdogs
-    result = subprocess.run([*interpreter(name), str(script), *(["--passes", "0"] if "watchdog" in name else [])],
-                            capture_output=True, text=True, timeout=10, env={"PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [*interpreter(name), str(script), *(["--passes", "0"] if "watchdog" in name else [])],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode != 0 and str(tmp_path / "opt" / name.replace(".sh", ".env")) in result.stderr
     if "watchdog" in name:
         (tmp_path / "opt" / name.replace(".sh", ".env")).write_text(SETTINGS[name])
-        assert subprocess.run([*interpreter(name), str(script), "--passes", "0"], timeout=10,
-                              env={"PATH": "/usr/bin:/bin"}).returncode == 0
+        assert (
+            subprocess.run(
+                [*interpreter(name), str(script), "--passes", "0"], timeout=10, env={"PATH": "/usr/bin:/bin"}
+            ).returncode
+            == 0
+        )
     if name == "front-drain.sh":  # read there: its socket (none here), so nothing to do
         (tmp_path / "opt" / name.replace(".sh", ".env")).write_text(SETTINGS[name])
-        result = subprocess.run([*interpreter(name), str(script), "ready"], capture_output=True, text=True,
-                                timeout=10, env={"PATH": "/usr/bin:/bin"})
+        result = subprocess.run(
+            [*interpreter(name), str(script), "ready"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            env={"PATH": "/usr/bin:/bin"},
+        )
         assert result.returncode == 0 and "no front at /nonexistent/admin.sock" in result.stdout
 
 
@@ -228,21 +331,33 @@ class Coordinator(Host):
         self.flag = tmp_path / "run" / "llama-rpc-no-drain"
         self.flag.parent.mkdir()
         self.sequence("state", active)
-        self.stub("ss", f'for dst; do :; done; '  # dst: the last argument
-                        f'case "$*" in *close-wait*) {self.cat(f"{tmp_path}/close-wait@$dst")} ;; '
-                        f'*established*) {self.cat(f"{tmp_path}/established@$dst")} ;; esac; true')
-        self.stub("systemctl", f'[ "$1" = is-active ] && {{ {self.next("state")}; echo "$v"; }}; '
-                               f'[ "$1" = restart ] && {{ [ -e {self.flag} ] && echo present || echo absent; }} '
-                               f'>> {tmp_path}/flag.log; true')
+        self.stub(
+            "ss",
+            f"for dst; do :; done; "  # dst: the last argument
+            f'case "$*" in *close-wait*) {self.cat(f"{tmp_path}/close-wait@$dst")} ;; '
+            f"*established*) {self.cat(f'{tmp_path}/established@$dst')} ;; esac; true",
+        )
+        self.stub(
+            "systemctl",
+            f'[ "$1" = is-active ] && {{ {self.next("state")}; echo "$v"; }}; '
+            f'[ "$1" = restart ] && {{ [ -e {self.flag} ] && echo present || echo absent; }} '
+            f">> {tmp_path}/flag.log; true",
+        )
 
     def connections(self, endpoint, established="", close_wait=""):
         for state, line in (("established", established), ("close-wait", close_wait)):
             (self.dir / f"{state}@{endpoint}").write_text(line.format(dst=endpoint) + "\n" if line else "")
 
     def watch(self, passes, endpoints=(ENDPOINT,), retransmissions=7, remotes=()):
-        env = llama_server_watchdog_env(endpoints=list(endpoints), interval=5, retransmissions=retransmissions,
-                                        grace=15, server_unit=SERVER_UNIT, no_drain_flag=str(self.flag),
-                                        remotes=list(remotes))
+        env = llama_server_watchdog_env(
+            endpoints=list(endpoints),
+            interval=5,
+            retransmissions=retransmissions,
+            grace=15,
+            server_unit=SERVER_UNIT,
+            no_drain_flag=str(self.flag),
+            remotes=list(remotes),
+        )
         return self.run("llama-server-watchdog.sh", env, "--passes", str(passes))
 
     def flag_at_restarts(self):
@@ -256,8 +371,9 @@ class Coordinator(Host):
         return self.calls("systemctl").count(f"is-active {SERVER_UNIT}")
 
 
-@pytest.mark.parametrize("established", [IDLE, KEEPALIVE, retransmitting(1), retransmitting(6),
-                                         retransmitting(6, "persist"), ""])
+@pytest.mark.parametrize(
+    "established", [IDLE, KEEPALIVE, retransmitting(1), retransmitting(6), retransmitting(6, "persist"), ""]
+)
 def test_a_healthy_connection_is_left_alone(tmp_path, established):
     """Idle, kept alive, a few lost packets being retransmitted, or no connection yet: not a lost worker."""
     host = Coordinator(tmp_path)
@@ -273,23 +389,39 @@ def test_a_healthy_connection_is_left_alone(tmp_path, established):
 @pytest.mark.parametrize("case", ["close-wait", "retransmitting", "persist"])
 def test_a_lost_worker_restarts_llama_server(tmp_path, case):
     host = Coordinator(tmp_path)
-    host.connections(ENDPOINT, close_wait=IDLE if case == "close-wait" else "",
-                     established={"close-wait": IDLE, "retransmitting": retransmitting(8),
-                                  "persist": retransmitting(7, "persist")}[case])
+    host.connections(
+        ENDPOINT,
+        close_wait=IDLE if case == "close-wait" else "",
+        established={"close-wait": IDLE, "retransmitting": retransmitting(8), "persist": retransmitting(7, "persist")}[
+            case
+        ],
+    )
     result = host.watch(passes=1)
     assert result.returncode == 0, result.stderr
     assert host.restarts() == [f"restart --no-block {SERVER_UNIT}"]
     assert host.calls("sleep") == ["5", "15"]  # the interval, then the grace after a restart
-    why = ("closed llama-server's connection (it restarted, or its host went down)" if case == "close-wait"
-           else "stopped acknowledging data (the worker or the network is down)")
+    why = (
+        "closed llama-server's connection (it restarted, or its host went down)"
+        if case == "close-wait"
+        else "stopped acknowledging data (the worker or the network is down)"
+    )
     assert result.stdout == f"rpc-server at {ENDPOINT} {why}: restarting {SERVER_UNIT}\n"
     # its stop skips the front's drain: the requests in flight cannot finish without the worker
     assert host.flag_at_restarts() == ["present"] and host.flag.exists()
 
 
-@pytest.mark.parametrize("retransmissions,count,restart", [
-    (7, 6, False), (7, 7, True), (7, 10, True), (12, 9, False), (12, 11, False), (12, 12, True), (12, 100, True),
-])
+@pytest.mark.parametrize(
+    "retransmissions,count,restart",
+    [
+        (7, 6, False),
+        (7, 7, True),
+        (7, 10, True),
+        (12, 9, False),
+        (12, 11, False),
+        (12, 12, True),
+        (12, 100, True),
+    ],
+)
 def test_the_retransmission_threshold_is_a_number(tmp_path, retransmissions, count, restart):
     """Compared as numbers, so any threshold works, two digits included (12: not 1 then 2)."""
     host = Coordinator(tmp_path)
@@ -307,7 +439,8 @@ def test_each_worker_is_watched_and_one_restart_is_enough(tmp_path):
     host.connections(OTHER, close_wait=IDLE)
     result = host.watch(passes=1, endpoints=(ENDPOINT, OTHER))
     assert result.stdout.startswith(f"rpc-server at {OTHER} closed") and host.restarts() == [
-        f"restart --no-block {SERVER_UNIT}"]
+        f"restart --no-block {SERVER_UNIT}"
+    ]
     host.connections(ENDPOINT, close_wait=IDLE)  # both lost: one restart, then the grace
     (tmp_path / "systemctl.log").unlink()
     result = host.watch(passes=1, endpoints=(ENDPOINT, OTHER))
@@ -318,15 +451,22 @@ def test_each_worker_is_watched_and_one_restart_is_enough(tmp_path):
 TUNNEL_END, REMOTE = "127.0.0.1:50100", "10.0.0.20:50053"
 
 
-@pytest.mark.parametrize("local,remote,why", [
-    # a worker's rpc-server closed: its tunnel closes llama-server's connection at this host's end
-    (dict(close_wait=IDLE), {}, f"rpc-server at {TUNNEL_END} closed llama-server's connection"),
-    # the network dropped: data waits on the tunnel's own connection out, not on llama-server's
-    ({}, dict(established=retransmitting(8)), f"the tunnel to rpc-server at {REMOTE} stopped getting data acknowledged"),
-    # the tunnel's normal close (a router's child left, the worker's end answered first): nothing lost
-    ({}, dict(close_wait=IDLE), None),
-    ({}, dict(established=retransmitting(3)), None),
-])
+@pytest.mark.parametrize(
+    "local,remote,why",
+    [
+        # a worker's rpc-server closed: its tunnel closes llama-server's connection at this host's end
+        (dict(close_wait=IDLE), {}, f"rpc-server at {TUNNEL_END} closed llama-server's connection"),
+        # the network dropped: data waits on the tunnel's own connection out, not on llama-server's
+        (
+            {},
+            dict(established=retransmitting(8)),
+            f"the tunnel to rpc-server at {REMOTE} stopped getting data acknowledged",
+        ),
+        # the tunnel's normal close (a router's child left, the worker's end answered first): nothing lost
+        ({}, dict(close_wait=IDLE), None),
+        ({}, dict(established=retransmitting(3)), None),
+    ],
+)
 def test_through_a_tunnel_both_legs_are_watched(tmp_path, local, remote, why):
     host = Coordinator(tmp_path)
     host.connections(TUNNEL_END, **local)
@@ -371,6 +511,7 @@ def test_a_watchdog_refuses_other_arguments(tmp_path, name, args):
 
 # --- rpc-server-watchdog.sh -------------------------------------------------------------------------------
 
+
 class Worker(Host):
     """rpc-server's host: `ss` reports its listening socket with the next accept-queue length (- for no socket)."""
 
@@ -382,8 +523,12 @@ class Worker(Host):
         self.stub("systemctl", f'[ "$1" = is-active ] && {{ {self.next("state")}; echo "$v"; }}; true')
 
     def watch(self, passes):
-        return self.run("rpc-server-watchdog.sh", rpc_server_watchdog_env(
-            port=50052, interval=5, patience=20, server_unit=WORKER_UNIT), "--passes", str(passes))
+        return self.run(
+            "rpc-server-watchdog.sh",
+            rpc_server_watchdog_env(port=50052, interval=5, patience=20, server_unit=WORKER_UNIT),
+            "--passes",
+            str(passes),
+        )
 
     def restarts(self):
         """For each restart of rpc-server: the number of the look that decided it."""
@@ -397,12 +542,15 @@ class Worker(Host):
         return restarts
 
 
-STUCK = ("a new connection has waited 20 s while rpc-server still serves an old one "
-         f"(llama-server restarted while the network was down?): restarting {WORKER_UNIT}\n")
+STUCK = (
+    "a new connection has waited 20 s while rpc-server still serves an old one "
+    f"(llama-server restarted while the network was down?): restarting {WORKER_UNIT}\n"
+)
 
 
-@pytest.mark.parametrize("queued,passes", [((0,), 4), (("-",), 4), ((1, 1, 1, 0, 1, 1, 1), 7),
-                                           ((1, 1, 1, "-", 1, 1, 1), 7)])
+@pytest.mark.parametrize(
+    "queued,passes", [((0,), 4), (("-",), 4), ((1, 1, 1, 0, 1, 1, 1), 7), ((1, 1, 1, "-", 1, 1, 1), 7)]
+)
 def test_rpc_server_is_left_alone_while_nothing_waits_20_s(tmp_path, queued, passes):
     """Nothing queued, no listening socket (- : rpc-server starting), or a wait shorter than 20 s."""
     host = Worker(tmp_path, queued=queued)
@@ -413,9 +561,14 @@ def test_rpc_server_is_left_alone_while_nothing_waits_20_s(tmp_path, queued, pas
     assert set(host.calls("ss")) == {"-Hltn sport = :50052"}
 
 
-@pytest.mark.parametrize("queued,passes,restarts", [
-    ((1,), 4, [4]), ((0, 2), 9, [5, 9]), ((1, 1, 1, 0, 1, 1, 1, 1), 8, [8]),
-])
+@pytest.mark.parametrize(
+    "queued,passes,restarts",
+    [
+        ((1,), 4, [4]),
+        ((0, 2), 9, [5, 9]),
+        ((1, 1, 1, 0, 1, 1, 1, 1), 8, [8]),
+    ],
+)
 def test_a_connection_waiting_20_s_restarts_rpc_server(tmp_path, queued, passes, restarts):
     """Interval 5 s, patience 20 s: the 4th look in a row that sees a waiting connection restarts rpc-server."""
     host = Worker(tmp_path, queued=queued)
@@ -433,6 +586,7 @@ def test_the_wait_starts_again_while_rpc_server_is_not_running(tmp_path):
 
 # --- front-drain.sh ---------------------------------------------------------------------------------------
 
+
 class Front(Host):
     """The coordinator with its front: an admin socket (a socket file: nothing listens, socat is a stand-in) and
     a `socat` that logs each command it is given on stdin to commands.log and answers `show stat` with HAProxy's
@@ -446,13 +600,21 @@ class Front(Host):
             os.mknod(self.socket, stat.S_IFSOCK | 0o600)
         self.sequence("scur", scur)
         header = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout"
-        self.stub("socat", f'read -r cmd; echo "$cmd" >> {tmp_path}/commands.log; case "$cmd" in "show stat"*) '
-                           f'{self.next("scur")}; echo "{header}"; echo "llama-server,BACKEND,0,0,9,9,,9,0,0"; '
-                           f'echo "llama-server,llama-server,0,0,$v,1,,12,0,0"; echo ;; *) echo ;; esac')
+        self.stub(
+            "socat",
+            f'read -r cmd; echo "$cmd" >> {tmp_path}/commands.log; case "$cmd" in "show stat"*) '
+            f'{self.next("scur")}; echo "{header}"; echo "llama-server,BACKEND,0,0,9,9,,9,0,0"; '
+            f'echo "llama-server,llama-server,0,0,$v,1,,12,0,0"; echo ;; *) echo ;; esac',
+        )
 
     def drain(self, *args, drain_seconds=5):
-        env = front_drain_env(socket=str(self.socket), backend="llama-server", server="llama-server",
-                              drain_seconds=drain_seconds, no_drain_flag=str(self.flag))
+        env = front_drain_env(
+            socket=str(self.socket),
+            backend="llama-server",
+            server="llama-server",
+            drain_seconds=drain_seconds,
+            no_drain_flag=str(self.flag),
+        )
         return self.run("front-drain.sh", env, *args)
 
     def commands(self):
@@ -553,6 +715,7 @@ def test_front_drain_refuses_other_arguments(tmp_path, args, socket):
 
 # --- wait-for-workers.sh ----------------------------------------------------------------------------------
 
+
 def fake_rpc_server(version, late=0.0, answer=True):
     """A socket on 127.0.0.1 that answers the RPC HELLO the way rpc-server does (uint64 size 28, major, minor,
     patch, padding, 24 bytes of capabilities); it starts listening after `late` s. Returns (port, requests)."""
@@ -597,8 +760,9 @@ def wait_for(tmp_path, endpoints, timeout=5, protocol="7.0.0", docker_fails=Fals
     host = Host(tmp_path)
     host.stub("docker", "exit 1" if docker_fails else f"echo {protocol}")
     (tmp_path / "bin" / "sleep").unlink()  # the real one: RETRY_DELAY is short
-    env = wait_for_workers_env(endpoints=endpoints, timeout=timeout, image=IMAGE, remotes=remotes) + \
-        env_file(RETRY_DELAY=retry_delay)
+    env = wait_for_workers_env(endpoints=endpoints, timeout=timeout, image=IMAGE, remotes=remotes) + env_file(
+        RETRY_DELAY=retry_delay
+    )
     return host, host.run("wait-for-workers.sh", env)
 
 
@@ -616,17 +780,21 @@ def test_wait_for_workers_checks_the_rpc_protocol_version(tmp_path, version, ok)
         assert result.stdout == f"rpc-server at 127.0.0.1:{port} answers, RPC protocol 7.0.0\n"
     else:
         assert result.returncode == 1 and result.stdout == ""
-        assert result.stderr == (f"rpc-server at 127.0.0.1:{port} speaks RPC protocol {'.'.join(map(str, version))}, "
-                                 f"this llama-server 7.0.0: every host must run this deploy's images, built from "
-                                 f"one llama.cpp commit (this one's: {IMAGE}): deploy again\n")
+        assert result.stderr == (
+            f"rpc-server at 127.0.0.1:{port} speaks RPC protocol {'.'.join(map(str, version))}, "
+            f"this llama-server 7.0.0: every host must run this deploy's images, built from "
+            f"one llama.cpp commit (this one's: {IMAGE}): deploy again\n"
+        )
 
 
 def test_wait_for_workers_checks_every_worker_in_order(tmp_path):
     (a, _), (b, _) = fake_rpc_server((7, 0, 0)), fake_rpc_server((7, 0, 0))
     _, result = wait_for(tmp_path, [f"127.0.0.1:{a}", f"127.0.0.1:{b}"])
     assert result.returncode == 0, result.stderr
-    assert result.stdout == (f"rpc-server at 127.0.0.1:{a} answers, RPC protocol 7.0.0\n"
-                             f"rpc-server at 127.0.0.1:{b} answers, RPC protocol 7.0.0\n")
+    assert result.stdout == (
+        f"rpc-server at 127.0.0.1:{a} answers, RPC protocol 7.0.0\n"
+        f"rpc-server at 127.0.0.1:{b} answers, RPC protocol 7.0.0\n"
+    )
 
 
 def test_wait_for_workers_waits_for_a_worker_that_comes_up_late(tmp_path):
@@ -641,8 +809,9 @@ def test_wait_for_workers_gives_up_within_its_bound(tmp_path):
     port = closed_port()
     _, result = wait_for(tmp_path, [f"127.0.0.1:{port}", ENDPOINT], timeout=0)
     assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr == (f"rpc-server at 127.0.0.1:{port} did not answer within 0 s: "
-                             "is rpc-server.service running on that worker?\n")
+    assert result.stderr == (
+        f"rpc-server at 127.0.0.1:{port} did not answer within 0 s: is rpc-server.service running on that worker?\n"
+    )
 
 
 def test_wait_for_workers_names_a_worker_that_does_not_answer_hello(tmp_path):
@@ -650,8 +819,9 @@ def test_wait_for_workers_names_a_worker_that_does_not_answer_hello(tmp_path):
     port, got = fake_rpc_server((7, 0, 0), answer=False)
     _, result = wait_for(tmp_path, [f"127.0.0.1:{port}"])
     assert result.returncode == 1 and len(got) == 3
-    assert f"rpc-server at 127.0.0.1:{port} speaks RPC protocol (no answer to HELLO: an older llama.cpp?)" \
-           in result.stderr
+    assert (
+        f"rpc-server at 127.0.0.1:{port} speaks RPC protocol (no answer to HELLO: an older llama.cpp?)" in result.stderr
+    )
 
 
 def fake_tunnel_end(closes: int):
@@ -670,6 +840,7 @@ def fake_tunnel_end(closes: int):
                         data += chunk
                     got.append(data)
                     conn.sendall(struct.pack("<Q", 28) + bytes([7, 0, 0, 0]) + bytes(24))
+
     threading.Thread(target=serve, daemon=True).start()
     return listener.getsockname()[1], got
 
@@ -683,12 +854,14 @@ def test_wait_for_workers_waits_at_a_tunnel_until_its_worker_answers(tmp_path):
 
 
 def test_wait_for_workers_names_the_tunnel_when_its_worker_never_answers(tmp_path):
-    port, _ = fake_tunnel_end(closes=10 ** 6)
+    port, _ = fake_tunnel_end(closes=10**6)
     _, result = wait_for(tmp_path, [f"127.0.0.1:{port}"], timeout=1, retry_delay="0.05", remotes=["10.0.0.20:50053"])
     assert result.returncode == 1
-    assert result.stderr == (f"rpc-server at 127.0.0.1:{port} (the tunnel to 10.0.0.20:50053) did not answer within "
-                             "1 s: is rpc-server.service running on that worker, and llama-rpc-tunnel.service on both "
-                             "ends?\n")
+    assert result.stderr == (
+        f"rpc-server at 127.0.0.1:{port} (the tunnel to 10.0.0.20:50053) did not answer within "
+        "1 s: is rpc-server.service running on that worker, and llama-rpc-tunnel.service on both "
+        "ends?\n"
+    )
 
 
 def test_wait_for_workers_stops_when_the_image_cannot_say_its_protocol(tmp_path):
@@ -699,6 +872,7 @@ def test_wait_for_workers_stops_when_the_image_cannot_say_its_protocol(tmp_path)
 
 # --- rpc-firewall.sh --------------------------------------------------------------------------------------
 
+
 class Firewalled(Host):
     """iptables and ip6tables stand-ins: *-restore keeps its input; -C finds the jump when NAME.present exists;
     -S INPUT lists the rules in `rules`."""
@@ -707,24 +881,36 @@ class Firewalled(Host):
         super().__init__(tmp_path)
         for ipt in ("iptables", "ip6tables") if ip6tables else ("iptables",):
             (tmp_path / f"{ipt}.input").write_text("".join(f"{r}\n" for r in ["-P INPUT ACCEPT", *rules]))
-            self.stub(f"{ipt}-restore", f"/bin/cat > {tmp_path}/{ipt}.rules; {'exit 1' if f'{ipt}-restore' in fail else ''}")
-            self.stub(ipt, f'case "$*" in *" -C "*) {"exit 0" if ipt in present else "exit 1"} ;; '
-                           f'*" -S "*) /bin/cat {tmp_path}/{ipt}.input ;; '
-                           f'*" -I "*) {"exit 1" if ipt in fail else "exit 0"} ;; esac')
+            self.stub(
+                f"{ipt}-restore", f"/bin/cat > {tmp_path}/{ipt}.rules; {'exit 1' if f'{ipt}-restore' in fail else ''}"
+            )
+            self.stub(
+                ipt,
+                f'case "$*" in *" -C "*) {"exit 0" if ipt in present else "exit 1"} ;; '
+                f'*" -S "*) /bin/cat {tmp_path}/{ipt}.input ;; '
+                f'*" -I "*) {"exit 1" if ipt in fail else "exit 0"} ;; esac',
+            )
 
     def apply(self, ipv4=("10.0.0.10",), ipv6=(), ports=(50052,)):
         # PATH: the stand-ins only, so "no ip6tables" means none, wherever this runs
-        return self.run("rpc-firewall.sh", firewall_env(ports=list(ports), chain="LLAMA-RPC", ipv4=list(ipv4),
-                                                        ipv6=list(ipv6)),
-                        path=str(self.bin))
+        return self.run(
+            "rpc-firewall.sh",
+            firewall_env(ports=list(ports), chain="LLAMA-RPC", ipv4=list(ipv4), ipv6=list(ipv6)),
+            path=str(self.bin),
+        )
 
     def rules(self, ipt):
         return (self.dir / f"{ipt}.rules").read_text()
 
 
 def chain(*sources):
-    return "".join(["*filter\n:LLAMA-RPC - [0:0]\n", *(f"-A LLAMA-RPC -s {s} -j ACCEPT\n" for s in sources),
-                    "-A LLAMA-RPC -p tcp -j REJECT --reject-with tcp-reset\nCOMMIT\n"])
+    return "".join(
+        [
+            "*filter\n:LLAMA-RPC - [0:0]\n",
+            *(f"-A LLAMA-RPC -s {s} -j ACCEPT\n" for s in sources),
+            "-A LLAMA-RPC -p tcp -j REJECT --reject-with tcp-reset\nCOMMIT\n",
+        ]
+    )
 
 
 LIST = "--wait -S INPUT"
@@ -769,17 +955,25 @@ def test_firewall_guards_every_port_and_removes_other_jumps_after_adding_its_own
     """The tunnel's port and rpc-server's, each jump in before any old one goes: a jump for a port no longer ours,
     or one of an earlier version that caught loopback too (it reset the tunnel's own connections to rpc-server),
     goes. Other rules stay."""
-    rules = ["-A INPUT -p tcp -m tcp --dport 50052 -j LLAMA-RPC", "-A INPUT ! -i lo -p tcp -m tcp --dport 50053 -j LLAMA-RPC",
-             "-A INPUT ! -i lo -p tcp -m tcp --dport 50060 -j LLAMA-RPC", "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
-             "-A INPUT -p tcp -m tcp --dport 50052 -j LLAMA-RPC-OTHER"]
+    rules = [
+        "-A INPUT -p tcp -m tcp --dport 50052 -j LLAMA-RPC",
+        "-A INPUT ! -i lo -p tcp -m tcp --dport 50053 -j LLAMA-RPC",
+        "-A INPUT ! -i lo -p tcp -m tcp --dport 50060 -j LLAMA-RPC",
+        "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
+        "-A INPUT -p tcp -m tcp --dport 50052 -j LLAMA-RPC-OTHER",
+    ]
     host = Firewalled(tmp_path, present=("iptables", "ip6tables"), rules=rules)
     result = host.apply(ports=[50053, 50052])
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ports 50053, 50052/tcp: only from 10.0.0.10\n"
     for ipt in ("iptables", "ip6tables"):
-        assert host.calls(ipt) == [jump(ipt, "-C", 50053), jump(ipt, "-C", 50052), LIST,
-                                   "--wait -D INPUT -p tcp -m tcp --dport 50052 -j LLAMA-RPC",
-                                   "--wait -D INPUT ! -i lo -p tcp -m tcp --dport 50060 -j LLAMA-RPC"]
+        assert host.calls(ipt) == [
+            jump(ipt, "-C", 50053),
+            jump(ipt, "-C", 50052),
+            LIST,
+            "--wait -D INPUT -p tcp -m tcp --dport 50052 -j LLAMA-RPC",
+            "--wait -D INPUT ! -i lo -p tcp -m tcp --dport 50060 -j LLAMA-RPC",
+        ]
 
 
 def test_firewall_without_ip6tables(tmp_path):
@@ -802,13 +996,21 @@ def test_firewall_fails_when_a_rule_cannot_be_set(tmp_path, fail):
 
 # --- as the deploy writes them ----------------------------------------------------------------------------
 
+
 def deployed(c, image=IMAGE):
     """Every file the deploy writes for cluster c, by path (the coordinator's, then each worker's)."""
     files = {**render.coordinator_files(c, image), **render.watchdog_files(c), **render.front_files(c)}
     for worker in c.workers:
-        files.update({f"{worker.name}:{path}": content for path, content in
-                      {**render.worker_watchdog_files(worker), **render.firewall_files(c, worker),
-                       **render.cache_prune_files(worker)}.items()})
+        files.update(
+            {
+                f"{worker.name}:{path}": content
+                for path, content in {
+                    **render.worker_watchdog_files(worker),
+                    **render.firewall_files(c, worker),
+                    **render.cache_prune_files(worker),
+                }.items()
+            }
+        )
     return files
 
 
@@ -820,30 +1022,47 @@ def test_the_deploy_ships_each_program_unchanged_next_to_its_settings():
         paths = [p for p in files if p.endswith(f"/opt/llama-rpc/{name}")]
         assert paths and all(files[p] == programs.text(name) for p in paths), name
         assert all(p.removesuffix(".sh") + ".env" in files for p in paths), name
-    assert files["/opt/llama-rpc/wait-for-workers.env"] == wait_for_workers_env(endpoints=endpoints, timeout=45,
-                                                                                image=IMAGE, remotes=remotes)
+    assert files["/opt/llama-rpc/wait-for-workers.env"] == wait_for_workers_env(
+        endpoints=endpoints, timeout=45, image=IMAGE, remotes=remotes
+    )
     # the watchdog looks at llama-server's connections to the tunnels' ends and at the tunnels' own to the workers
     assert files["/opt/llama-rpc/llama-server-watchdog.env"] == llama_server_watchdog_env(
-        endpoints=endpoints, remotes=remotes, interval=5, retransmissions=7, grace=15, server_unit=SERVER_UNIT,
-        no_drain_flag=roles.NO_DRAIN_FLAG)
+        endpoints=endpoints,
+        remotes=remotes,
+        interval=5,
+        retransmissions=7,
+        grace=15,
+        server_unit=SERVER_UNIT,
+        no_drain_flag=roles.NO_DRAIN_FLAG,
+    )
     # the watchdog leaves its file where front-drain.sh looks for it
     assert files["/opt/llama-rpc/front-drain.env"] == front_drain_env(
-        socket=roles.FRONT_SOCKET, backend=render.FRONT_BACKEND, server=render.FRONT_SERVER, drain_seconds=30,
-        no_drain_flag=roles.NO_DRAIN_FLAG)
+        socket=roles.FRONT_SOCKET,
+        backend=render.FRONT_BACKEND,
+        server=render.FRONT_SERVER,
+        drain_seconds=30,
+        no_drain_flag=roles.NO_DRAIN_FLAG,
+    )
     assert files["/opt/llama-rpc/front.lua"] == programs.text(programs.FRONT_LUA) == (FILES / "front.lua").read_text()
     assert files["10.0.0.21:/opt/llama-rpc/rpc-server-watchdog.env"] == rpc_server_watchdog_env(
-        port=50052, interval=5, patience=20, server_unit=WORKER_UNIT)
-    for unit, name in ((f"/etc/systemd/system/{roles.WATCHDOG_UNIT}", "llama-server-watchdog.sh"),
-                       (f"10.0.0.20:/etc/systemd/system/{roles.WORKER_WATCHDOG_UNIT}", "rpc-server-watchdog.sh"),
-                       (f"10.0.0.20:/etc/systemd/system/{roles.FIREWALL_UNIT}", "rpc-firewall.sh")):
-        assert f"ExecStart=\"/opt/llama-rpc/{name}\"\n" in files[unit] and "WantedBy=multi-user.target" in files[unit]
+        port=50052, interval=5, patience=20, server_unit=WORKER_UNIT
+    )
+    for unit, name in (
+        (f"/etc/systemd/system/{roles.WATCHDOG_UNIT}", "llama-server-watchdog.sh"),
+        (f"10.0.0.20:/etc/systemd/system/{roles.WORKER_WATCHDOG_UNIT}", "rpc-server-watchdog.sh"),
+        (f"10.0.0.20:/etc/systemd/system/{roles.FIREWALL_UNIT}", "rpc-firewall.sh"),
+    ):
+        assert f'ExecStart="/opt/llama-rpc/{name}"\n' in files[unit] and "WantedBy=multi-user.target" in files[unit]
     assert "Restart=always" in files[f"/etc/systemd/system/{roles.WATCHDOG_UNIT}"]
 
 
-@pytest.mark.parametrize("allow,ipv4,ipv6", [
-    (None, ["10.0.0.10"], []),  # the coordinator only, and nobody over IPv6
-    (["192.168.1.0/24", "fd00::10"], ["192.168.1.0/24"], ["fd00::10"]),
-])
+@pytest.mark.parametrize(
+    "allow,ipv4,ipv6",
+    [
+        (None, ["10.0.0.10"], []),  # the coordinator only, and nobody over IPv6
+        (["192.168.1.0/24", "fd00::10"], ["192.168.1.0/24"], ["fd00::10"]),
+    ],
+)
 def test_the_deployed_firewall_admits_the_allowed_sources_by_family(tmp_path, allow, ipv4, ipv6):
     c = cluster(workers=[{"rpc_tunnel_port": 50100, **({"rpc_allow_from": allow} if allow else {})}])
     env = render.firewall_files(c, c.workers[0])["/opt/llama-rpc/rpc-firewall.env"]
@@ -851,15 +1070,20 @@ def test_the_deployed_firewall_admits_the_allowed_sources_by_family(tmp_path, al
     result = host.run("rpc-firewall.sh", env, path=str(host.bin))
     assert result.returncode == 0, result.stderr
     assert host.rules("iptables") == chain(*ipv4) and host.rules("ip6tables") == chain(*ipv6)
-    assert host.calls("iptables")[-4:] == [jump("iptables", "-I", 50100), jump("iptables", "-C", 50052),
-                                           jump("iptables", "-I", 50052), LIST]  # the tunnel's port, then rpc-server's
+    assert host.calls("iptables")[-4:] == [
+        jump("iptables", "-I", 50100),
+        jump("iptables", "-C", 50052),
+        jump("iptables", "-I", 50052),
+        LIST,
+    ]  # the tunnel's port, then rpc-server's
     assert result.stdout == f"ports 50100, 50052/tcp: only from {', '.join(ipv4 + ipv6)}\n"
 
 
 def test_the_deployed_wait_for_workers_checks_each_worker(tmp_path):
     port, got = fake_rpc_server((6, 1, 0))
-    c = cluster(workers=[{"address": "127.0.0.1", "rpc_port": port, "rpc_transport": "plain"}],
-                all_data={"rpc_wait_timeout": 5})
+    c = cluster(
+        workers=[{"address": "127.0.0.1", "rpc_port": port, "rpc_transport": "plain"}], all_data={"rpc_wait_timeout": 5}
+    )
     host = Host(tmp_path)
     host.stub("docker", "echo 7.0.0")
     result = host.run("wait-for-workers.sh", render.coordinator_files(c, IMAGE)["/opt/llama-rpc/wait-for-workers.env"])
@@ -891,8 +1115,9 @@ def cache(tmp_path, files):
 
 def prune(tmp_path, folder, limit_mib, min_age=10):
     host = Host(tmp_path)
-    return host.run("rpc-cache-prune.sh", cache_prune_env(cache_dir=str(folder), max_bytes=limit_mib * MIB,
-                                                           min_age=min_age))
+    return host.run(
+        "rpc-cache-prune.sh", cache_prune_env(cache_dir=str(folder), max_bytes=limit_mib * MIB, min_age=min_age)
+    )
 
 
 def h(name: str) -> str:
@@ -901,12 +1126,16 @@ def h(name: str) -> str:
 
 
 def test_the_least_recently_used_files_go_first_until_the_cache_fits(tmp_path):
-    folder = cache(tmp_path, {h("a"): (10, 3000, 3000), h("b"): (10, 100, 5000), h("c"): (10, 2000, 2000),
-                              h("d"): (10, 50, 50)})
+    folder = cache(
+        tmp_path, {h("a"): (10, 3000, 3000), h("b"): (10, 100, 5000), h("c"): (10, 2000, 2000), h("d"): (10, 50, 50)}
+    )
     result = prune(tmp_path, folder, 25)
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in folder.iterdir()) == [h("b"), h("d")]  # a, then c: b was used after both
-    assert f"tensor cache: {20 * MIB} bytes in 2 files, limit {25 * MIB}; removed 2 files ({20 * MIB} bytes)" in result.stdout
+    assert (
+        f"tensor cache: {20 * MIB} bytes in 2 files, limit {25 * MIB}; removed 2 files ({20 * MIB} bytes)"
+        in result.stdout
+    )
 
 
 def test_a_cache_under_its_limit_is_left_alone(tmp_path):
@@ -944,8 +1173,10 @@ def test_the_deploy_keeps_each_workers_cache_under_its_own_limit():
     c = cluster(workers=[{"rpc_cache_max_gib": 0.5, "rpc_cache_dir": "/srv/tensors"}, None])
     files = deployed(c)
     assert files["10.0.0.20:/opt/llama-rpc/rpc-cache-prune.env"] == cache_prune_env(
-        cache_dir="/srv/tensors/rpc", max_bytes=1 << 29, min_age=render.CACHE_MIN_AGE)
+        cache_dir="/srv/tensors/rpc", max_bytes=1 << 29, min_age=render.CACHE_MIN_AGE
+    )
     assert files["10.0.0.21:/opt/llama-rpc/rpc-cache-prune.env"] == cache_prune_env(
-        cache_dir="/var/cache/llama-rpc/rpc", max_bytes=64 << 30, min_age=render.CACHE_MIN_AGE)
+        cache_dir="/var/cache/llama-rpc/rpc", max_bytes=64 << 30, min_age=render.CACHE_MIN_AGE
+    )
     timer = files[f"10.0.0.20:/etc/systemd/system/{roles.CACHE_PRUNE_TIMER}"]
     assert "OnUnitActiveSec=30" in timer and "WantedBy=timers.target" in timer and "0.5 GiB" in timer

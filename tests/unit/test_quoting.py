@@ -1,5 +1,6 @@
 """quoting.py: bash is the oracle for shell words (systemd's own reading of unit words is checked on the
 lab, tests/e2e/test_lab_quoting.py)."""
+
 import subprocess
 
 import pytest
@@ -10,8 +11,9 @@ from .helpers import CORPUS
 
 
 def test_shell_words_come_back_from_bash_as_they_went_in():
-    out = subprocess.run(["bash", "-c", f"printf '%s\\0' {quoting.shell_line(*CORPUS)}"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", f"printf '%s\\0' {quoting.shell_line(*CORPUS)}"], capture_output=True, text=True, check=True
+    ).stdout
     assert out.split("\0")[:-1] == CORPUS
 
 

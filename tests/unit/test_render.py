@@ -13,10 +13,20 @@ from .helpers import IMAGE, MODEL, cluster, flag, server_script, words
 
 
 def test_llama_server_carries_the_settings():
-    c = cluster(all_data={"llama_ctx_size": 32768, "llama_parallel": 2, "llama_cache_type_k": "q8_0",
-                          "llama_cache_type_v": "q8_0", "llama_flash_attn": "on", "llama_tensor_split": [1, 1],
-                          "llama_sleep_idle_seconds": 900, "llama_threads": 8, "llama_port": 8081,
-                          "llama_server_port": 18081})
+    c = cluster(
+        all_data={
+            "llama_ctx_size": 32768,
+            "llama_parallel": 2,
+            "llama_cache_type_k": "q8_0",
+            "llama_cache_type_v": "q8_0",
+            "llama_flash_attn": "on",
+            "llama_tensor_split": [1, 1],
+            "llama_sleep_idle_seconds": 900,
+            "llama_threads": 8,
+            "llama_port": 8081,
+            "llama_server_port": 18081,
+        }
+    )
     argv = words(server_script(c))
     assert argv[:3] == ["/usr/bin/docker", "run", "--rm"]
     assert flag(argv, "--volume") == "/srv/models/lmstudio-community:/models:ro"
@@ -34,8 +44,16 @@ def test_llama_server_carries_the_settings():
 
 def test_optional_flags_only_when_set_and_no_speculative_decoding():
     argv = words(server_script(cluster()))
-    for absent in ("--tensor-split", "--sleep-idle-seconds", "--threads", "--spec-type", "--model-draft", "-md",
-                   "--kv-unified", "--mmproj"):
+    for absent in (
+        "--tensor-split",
+        "--sleep-idle-seconds",
+        "--threads",
+        "--spec-type",
+        "--model-draft",
+        "-md",
+        "--kv-unified",
+        "--mmproj",
+    ):
         assert absent not in argv
 
 
@@ -56,14 +74,20 @@ def test_extra_args_are_quoted_one_word_each():
 
 
 def test_cpu_coordinator_has_no_gpu_flag_and_only_rpc_devices():
-    c = cluster(coordinator={"gpus": []}, workers=[{"gpus": []}, {"gpus": []}],
-                all_data={"image_backend": "cpu", "llama_n_gpu_layers": 6})
+    c = cluster(
+        coordinator={"gpus": []},
+        workers=[{"gpus": []}, {"gpus": []}],
+        all_data={"image_backend": "cpu", "llama_n_gpu_layers": 6},
+    )
     argv = words(server_script(c))
     assert "--gpus" not in argv
     assert flag(argv, "--device") == "RPC0,RPC1" and flag(argv, "--n-gpu-layers") == "6"
     assert flag(argv, "--rpc") == "127.0.0.1:50100,127.0.0.1:50101"
-    plain = cluster(coordinator={"gpus": []}, workers=[{"gpus": [], "rpc_transport": "plain"}] * 2,
-                    all_data={"image_backend": "cpu", "llama_n_gpu_layers": 6})
+    plain = cluster(
+        coordinator={"gpus": []},
+        workers=[{"gpus": [], "rpc_transport": "plain"}] * 2,
+        all_data={"image_backend": "cpu", "llama_n_gpu_layers": 6},
+    )
     assert flag(words(server_script(plain)), "--rpc") == "10.0.0.20:50052,10.0.0.21:50052"
 
 
@@ -136,8 +160,9 @@ def haproxy_check(tmp_path, files):
     if os.geteuid() != 0:
         cfg = re.sub(r"(?m)^\s*(user|group) haproxy\n", "", cfg)
     (tmp_path / "front.cfg").write_text(cfg)
-    return subprocess.run([HAPROXY, "-c", "-f", str(tmp_path / "front.cfg")], capture_output=True, text=True,
-                          timeout=30)
+    return subprocess.run(
+        [HAPROXY, "-c", "-f", str(tmp_path / "front.cfg")], capture_output=True, text=True, timeout=30
+    )
 
 
 # haproxy -c's warnings of the config as rendered now: harmless, to be gone when the template changes
@@ -145,12 +170,16 @@ def haproxy_check(tmp_path, files):
 KNOWN_WARNINGS = {"config : log format ignored for frontend 'hold' since it has no log address."}
 
 
-@pytest.mark.parametrize("data", [
-    {},
-    {"llama_host": "fd00::10", "llama_port": 8443, "llama_server_port": 9000},
-    {"llama_front_hold_seconds": 1, "llama_front_drain_seconds": 0, "llama_front_replay_kib": 16},
-    {"llama_front_hold_seconds": 86400, "llama_front_replay_kib": 65536},
-], ids=["defaults", "ipv6", "smallest", "largest"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"llama_host": "fd00::10", "llama_port": 8443, "llama_server_port": 9000},
+        {"llama_front_hold_seconds": 1, "llama_front_drain_seconds": 0, "llama_front_replay_kib": 16},
+        {"llama_front_hold_seconds": 86400, "llama_front_replay_kib": 65536},
+    ],
+    ids=["defaults", "ipv6", "smallest", "largest"],
+)
 def test_the_front_passes_haproxys_own_check(tmp_path, data):
     files = front(cluster(all_data=data))
     result = haproxy_check(tmp_path, files)
@@ -158,7 +187,6 @@ def test_the_front_passes_haproxys_own_check(tmp_path, data):
     assert "Configuration file is valid" in result.stdout + result.stderr
     warnings = [line.split(" : ", 1)[1] for line in result.stderr.splitlines() if line.startswith("[WARNING]")]
     assert set(warnings) <= KNOWN_WARNINGS, result.stdout + result.stderr
-
 
 
 def test_the_front_listens_for_clients_and_sends_to_llama_server_on_loopback():
@@ -169,11 +197,13 @@ def test_the_front_listens_for_clients_and_sends_to_llama_server_on_loopback():
     # one hop to llama-server while it is up; the hold (backup) only while it is not
     assert [line for line in llama if line.startswith("server ")] == [
         f"server {render.FRONT_SERVER} 127.0.0.1:18081 check inter 500 fall 1 rise 1",
-        "server hold abns@llama-front-hold send-proxy-v2 backup"]
+        "server hold abns@llama-front-hold send-proxy-v2 backup",
+    ]
     assert "option redispatch 1" in llama
     # the hold sends to the same llama-server, whose up, down or drained state it follows
     assert [line for line in section(cfg, "backend held") if line.startswith("server ")] == [
-        f"server llama-server 127.0.0.1:18081 track {render.FRONT_BACKEND}/{render.FRONT_SERVER}"]
+        f"server llama-server 127.0.0.1:18081 track {render.FRONT_BACKEND}/{render.FRONT_SERVER}"
+    ]
     assert lines(cfg, "bind ") == ["bind 10.0.0.10:8081", "bind abns@llama-front-hold accept-proxy"]
     assert section(cfg, "frontend api")[-1] == f"default_backend {render.FRONT_BACKEND}"
     assert section(cfg, "frontend hold")[-1] == "default_backend held"
@@ -181,10 +211,13 @@ def test_the_front_listens_for_clients_and_sends_to_llama_server_on_loopback():
     assert lines(cfg, "stats socket") == [f"stats socket {roles.FRONT_SOCKET} mode 600 level admin"]
     assert lines(cfg, "lua-load") == [f"lua-load {FRONT_LUA}"]
     # the API address: llama_host when set, an IPv6 one in brackets
-    assert section(front(cluster(all_data={"llama_host": "fd00::10"}))[FRONT_CFG], "frontend api")[0] == \
-        "bind [fd00::10]:8080"
-    assert section(front(cluster(all_data={"llama_host": "0.0.0.0"}))[FRONT_CFG], "frontend api")[0] == \
-        "bind 0.0.0.0:8080"
+    assert (
+        section(front(cluster(all_data={"llama_host": "fd00::10"}))[FRONT_CFG], "frontend api")[0]
+        == "bind [fd00::10]:8080"
+    )
+    assert (
+        section(front(cluster(all_data={"llama_host": "0.0.0.0"}))[FRONT_CFG], "frontend api")[0] == "bind 0.0.0.0:8080"
+    )
 
 
 def test_the_front_replays_what_fits_in_its_buffer():
@@ -206,18 +239,25 @@ def test_the_front_settings_show_up_where_they_act():
     files, base_files = front(c), front(base)
     hold = section(files[FRONT_CFG], "frontend hold")
     assert "http-request lua.llama_hold llama-server llama-server 42" in hold
-    assert "http-request lua.llama_hold llama-server llama-server 180" in section(base_files[FRONT_CFG],
-                                                                                  "frontend hold")
+    assert "http-request lua.llama_hold llama-server llama-server 180" in section(
+        base_files[FRONT_CFG], "frontend hold"
+    )
     assert "within 42 s (llama_front_hold_seconds)" in files[FRONT_CFG]
     # Retry-After: the hold, at most 30 s
     answers = lines(base_files[FRONT_CFG], "http-error") + lines(base_files[FRONT_CFG], "http-request return")
     assert len(answers) == 2 and all("hdr Retry-After 30" in line for line in answers)
     short = front(cluster(all_data={"llama_front_hold_seconds": 5}))[FRONT_CFG]
-    assert [line.rsplit("Retry-After", 1)[1].split()[0] for line in short.splitlines() if "Retry-After" in line] == \
-        ["5", "5"]
+    assert [line.rsplit("Retry-After", 1)[1].split()[0] for line in short.splitlines() if "Retry-After" in line] == [
+        "5",
+        "5",
+    ]
     assert files["/opt/llama-rpc/front-drain.env"] == programs.front_drain_env(
-        socket=roles.FRONT_SOCKET, backend=render.FRONT_BACKEND, server=render.FRONT_SERVER, drain_seconds=77,
-        no_drain_flag=roles.NO_DRAIN_FLAG)
+        socket=roles.FRONT_SOCKET,
+        backend=render.FRONT_BACKEND,
+        server=render.FRONT_SERVER,
+        drain_seconds=77,
+        no_drain_flag=roles.NO_DRAIN_FLAG,
+    )
     assert "DRAIN_SECONDS=120\n" in base_files["/opt/llama-rpc/front-drain.env"]
     # llama-server's stop: the drain, then docker's own 20 s, inside TimeoutStopSec
     unit = coordinator_files(c, IMAGE)[f"/etc/systemd/system/{COORDINATOR_UNIT}"]
@@ -234,14 +274,21 @@ def test_llama_server_unit_drains_the_front_around_its_stop_and_start():
     unit = coordinator_files(cluster(), IMAGE)[f"/etc/systemd/system/{COORDINATOR_UNIT}"]
     pre = lines(unit, "ExecStartPre=")
     assert pre[0] == 'ExecStartPre=+"/opt/llama-rpc/front-drain.sh" ready'
-    assert lines(unit, "ExecStop=") == ['ExecStop=+"/opt/llama-rpc/front-drain.sh" drain',
-                                        "ExecStop=/usr/bin/docker stop --time 20 llama-server"]
+    assert lines(unit, "ExecStop=") == [
+        'ExecStop=+"/opt/llama-rpc/front-drain.sh" drain',
+        "ExecStop=/usr/bin/docker stop --time 20 llama-server",
+    ]
 
 
 def test_the_front_ships_its_files_and_unit():
     files = front(cluster())
-    assert set(files) == {FRONT_CFG, FRONT_LUA, "/opt/llama-rpc/front-drain.sh", "/opt/llama-rpc/front-drain.env",
-                          f"/etc/systemd/system/{roles.FRONT_UNIT}"}
+    assert set(files) == {
+        FRONT_CFG,
+        FRONT_LUA,
+        "/opt/llama-rpc/front-drain.sh",
+        "/opt/llama-rpc/front-drain.env",
+        f"/etc/systemd/system/{roles.FRONT_UNIT}",
+    }
     assert files[FRONT_LUA] == (programs.FILES / "front.lua").read_text()
     assert files["/opt/llama-rpc/front-drain.sh"] == (programs.FILES / "front-drain.sh").read_text()
     unit = files[f"/etc/systemd/system/{roles.FRONT_UNIT}"]

@@ -1,4 +1,5 @@
 """The decisions one host's operations take from another's, without hosts: Run's restart and rollback rules."""
+
 from dataclasses import dataclass
 
 import pytest
@@ -13,13 +14,19 @@ from .helpers import cluster
 @dataclass
 class Op:
     """Stands in for a pyinfra operation's result, as the decisions see it when they run."""
+
     changed: bool = False
     complete: bool = True
     error: bool = False
 
-    def did_change(self): return self.changed
-    def is_complete(self): return self.complete
-    def did_error(self): return self.error
+    def did_change(self):
+        return self.changed
+
+    def is_complete(self):
+        return self.complete
+
+    def did_error(self):
+        return self.error
 
 
 @pytest.fixture
@@ -27,12 +34,15 @@ def run():
     return Run(from_cluster(cluster(workers=[None, None]), with_key=False))
 
 
-@pytest.mark.parametrize("started,workers,restart", [
-    (False, [False, False], False),  # nothing changed anywhere: llama-server is left alone
-    (False, [False, True], True),  # a worker restarted: llama-server cannot reconnect, so it restarts
-    (True, [True, True], False),  # it just (re)started, after the workers: once is enough
-    (True, [False, False], False),
-])
+@pytest.mark.parametrize(
+    "started,workers,restart",
+    [
+        (False, [False, False], False),  # nothing changed anywhere: llama-server is left alone
+        (False, [False, True], True),  # a worker restarted: llama-server cannot reconnect, so it restarts
+        (True, [True, True], False),  # it just (re)started, after the workers: once is enough
+        (True, [False, False], False),
+    ],
+)
 def test_llama_server_restarts_after_its_workers_once(run, started, workers, restart):
     run.worker_services = {f"w{i}": Op(changed=c) for i, c in enumerate(workers)}
     assert run.coordinator_restart_needed(Op(changed=started)) is restart
@@ -42,12 +52,15 @@ def test_no_workers_recorded_means_no_restart(run):
     assert run.workers_restarted() is False
 
 
-@pytest.mark.parametrize("check,failed", [
-    (None, False),  # the coordinator did not get that far
-    (Op(complete=False, error=True), False),  # not run yet
-    (Op(error=False), False),
-    (Op(error=True), True),
-])
+@pytest.mark.parametrize(
+    "check,failed",
+    [
+        (None, False),  # the coordinator did not get that far
+        (Op(complete=False, error=True), False),  # not run yet
+        (Op(error=False), False),
+        (Op(error=True), True),
+    ],
+)
 def test_rollback_only_after_a_failed_health_check(run, check, failed):
     run.health_check = check
     assert run.health_failed() is failed
@@ -61,10 +74,12 @@ def test_run_of_builds_one_run_per_pyinfra_state(run, monkeypatch):
     def from_pyinfra(inventory, inventory_file="inventory.py"):
         built.append(inventory)
         return run.deployment
+
     monkeypatch.setattr(run_module, "from_pyinfra", from_pyinfra)
 
     class State:  # a fresh pyinfra State: nothing attached yet
         pass
+
     first, second = State(), State()
     a = Run.of(first, inventory="inventory")
     assert isinstance(a, Run) and a.deployment is run.deployment
@@ -81,6 +96,7 @@ def test_run_of_builds_one_run_per_pyinfra_state(run, monkeypatch):
 def test_one_run_per_pyinfra_state_and_the_settled_split_reaches_every_later_phase(run):
     class State:  # pyinfra's State: Run.of attaches itself to it
         llama_rpc_run = run
+
     assert Run.of(State, inventory=None) is run
     assert not run.settled
     run.settle(run.deployment.with_split([3, 5]))  # as phases/checks.settle does, once

@@ -2,7 +2,16 @@ from pathlib import Path
 
 import pytest
 
-from llama_rpc_deploy.settings import DEFAULTS, SETTINGS, Scope, SettingsError, scopes, resolve, settings_table, with_table
+from llama_rpc_deploy.settings import (
+    DEFAULTS,
+    SETTINGS,
+    Scope,
+    SettingsError,
+    scopes,
+    resolve,
+    settings_table,
+    with_table,
+)
 
 
 def test_defaults_pass_their_own_checks():
@@ -18,13 +27,17 @@ def host_layers(role="coordinator", **kwargs):
 
 def test_precedence_data_then_host_then_groups_then_all_then_default():
     """pyinfra's order, highest first; of two groups the later one in pyinfra's list wins."""
+
     def winner(**kwargs):
         values, origins = resolve(host_layers(**kwargs))
         return values["llama_port"], origins["llama_port"]
 
-    every = dict(overrides={"llama_port": 1001}, host_data={"llama_port": 1002},
-                 groups=[("gpu_boxes", {"llama_port": 1003}), ("coordinator", {"llama_port": 1004})],
-                 all_data={"llama_port": 1005})
+    every = dict(
+        overrides={"llama_port": 1001},
+        host_data={"llama_port": 1002},
+        groups=[("gpu_boxes", {"llama_port": 1003}), ("coordinator", {"llama_port": 1004})],
+        all_data={"llama_port": 1005},
+    )
     assert winner(**every) == (1001, "--data on the command line")
     assert winner(**{**every, "overrides": {}}) == (1002, "inventory.py (host 10.0.0.2)")
     assert winner(**{**every, "overrides": {}, "host_data": {}}) == (1004, "group_data/coordinator.py")
@@ -43,16 +56,19 @@ def test_pyinfra_connector_keys_are_not_ours():
     assert set(values) == set(DEFAULTS)
 
 
-@pytest.mark.parametrize("key,value,words", [
-    ("llama_port", 0, "llama_port = 0: expected an integer from 1 to 65535"),
-    ("llama_ctx_size", "64k", "llama_ctx_size = '64k': expected an integer from 256 to"),
-    ("llama_cache_type_k", "q8", "llama_cache_type_k = 'q8': expected one of 'f32', 'f16'"),
-    ("image_backend", "rocm", "image_backend = 'rocm': expected None or one of 'cuda', 'vulkan', 'cpu'"),
-    ("rpc_cache", "yes", "rpc_cache = 'yes': expected True or False"),
-    ("llama_tensor_split", [0, 0], "expected None, 'auto' or a list of finite numbers"),
-    ("rpc_cache_dir", "cache", "rpc_cache_dir = 'cache': expected an absolute path"),
-    ("llama_extra_args", "--metrics", "llama_extra_args = '--metrics': expected a list of strings"),
-])
+@pytest.mark.parametrize(
+    "key,value,words",
+    [
+        ("llama_port", 0, "llama_port = 0: expected an integer from 1 to 65535"),
+        ("llama_ctx_size", "64k", "llama_ctx_size = '64k': expected an integer from 256 to"),
+        ("llama_cache_type_k", "q8", "llama_cache_type_k = 'q8': expected one of 'f32', 'f16'"),
+        ("image_backend", "rocm", "image_backend = 'rocm': expected None or one of 'cuda', 'vulkan', 'cpu'"),
+        ("rpc_cache", "yes", "rpc_cache = 'yes': expected True or False"),
+        ("llama_tensor_split", [0, 0], "expected None, 'auto' or a list of finite numbers"),
+        ("rpc_cache_dir", "cache", "rpc_cache_dir = 'cache': expected an absolute path"),
+        ("llama_extra_args", "--metrics", "llama_extra_args = '--metrics': expected a list of strings"),
+    ],
+)
 def test_bad_value_names_file_key_value_and_expectation(key, value, words):
     with pytest.raises(SettingsError) as error:
         resolve([Scope("group_data/all.py", {key: value})])
@@ -61,14 +77,21 @@ def test_bad_value_names_file_key_value_and_expectation(key, value, words):
 
 
 def test_unknown_key_suggests_the_nearest():
-    with pytest.raises(SettingsError, match=r"group_data/workers.py: unknown setting 'rpc_prot' \(did you mean 'rpc_port'\?\)"):
+    with pytest.raises(
+        SettingsError, match=r"group_data/workers.py: unknown setting 'rpc_prot' \(did you mean 'rpc_port'\?\)"
+    ):
         resolve([Scope("group_data/workers.py", {"rpc_prot": 50052})])
 
 
-@pytest.mark.parametrize("role,where,key", [
-    ("workers", "groups", "llama_ctx_size"), ("workers", "host_data", "image_build_image"),
-    ("coordinator", "groups", "rpc_cache"), ("coordinator", "host_data", "rpc_port"),
-])
+@pytest.mark.parametrize(
+    "role,where,key",
+    [
+        ("workers", "groups", "llama_ctx_size"),
+        ("workers", "host_data", "image_build_image"),
+        ("coordinator", "groups", "rpc_cache"),
+        ("coordinator", "host_data", "rpc_port"),
+    ],
+)
 def test_a_setting_where_it_has_no_effect_is_refused(role, where, key):
     data = {key: DEFAULTS[key]}
     parts = {"groups": [(role, data)]} if where == "groups" else {where: data}

@@ -32,6 +32,7 @@ def test_same_content_in_another_checkout_gives_the_same_bytes(tmp_path):
     """Another clone (other path, other mtimes) packs the same tree: the same tarball, so the same image tag
     (the gzip header once carried the cache file's name, and every fresh clone rebuilt the image)."""
     import os
+
     one, other = make_tree(tmp_path / "one" / "llama.cpp"), make_tree(tmp_path / "other" / "llama.cpp")
     os.utime(other / "CMakeLists.txt", (1, 1))
     a, b = pack_tree(one, tmp_path / "a"), pack_tree(other, tmp_path / "b")
@@ -112,17 +113,21 @@ def test_the_download_is_kept_only_with_the_expected_sha256(tmp_path, mirror):
     assert result.returncode == 0 and sha256_file(dest) == good
 
 
-@pytest.mark.parametrize("name,words", [
-    ("corrupted.tar.gz", "has sha256 {other}, expected {good} (llama_cpp_sha256, or the one recorded"),
-    ("substituted.tar.gz", "has sha256 {other}, expected {good} (llama_cpp_sha256, or the one recorded"),
-    ("missing.tar.gz", "cannot download the llama.cpp source from {url}: check llama_cpp_url"),
-])
+@pytest.mark.parametrize(
+    "name,words",
+    [
+        ("corrupted.tar.gz", "has sha256 {other}, expected {good} (llama_cpp_sha256, or the one recorded"),
+        ("substituted.tar.gz", "has sha256 {other}, expected {good} (llama_cpp_sha256, or the one recorded"),
+        ("missing.tar.gz", "cannot download the llama.cpp source from {url}: check llama_cpp_url"),
+    ],
+)
 def test_a_corrupted_or_substituted_download_is_refused_and_the_last_good_one_stays(tmp_path, mirror, name, words):
     base, good = mirror
     fetch(tmp_path, f"{base}/good.tar.gz", good)
     result, dest = fetch(tmp_path, f"{base}/{name}", good)
-    other = subprocess.run(["bash", "-c", f"curl -fsS {base}/{name} | sha256sum | cut -d' ' -f1"],
-                           capture_output=True, text=True).stdout.strip()
+    other = subprocess.run(
+        ["bash", "-c", f"curl -fsS {base}/{name} | sha256sum | cut -d' ' -f1"], capture_output=True, text=True
+    ).stdout.strip()
     assert result.returncode == 1
     assert words.format(other=other, good=good, url=f"{base}/{name}") in result.stderr
     assert sha256_file(dest) == good and not list(dest.parent.glob("*.partial"))

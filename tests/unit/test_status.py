@@ -1,4 +1,5 @@
 """`status`: what one host's script prints, read into the table (the lab test runs it for real)."""
+
 import re
 import shlex
 
@@ -55,8 +56,12 @@ clip_ctx: CLIP using RPC0[10.0.0.20:50052] backend
 def test_a_worker_restart_and_its_cause():
     w = status.parse("10.0.0.20", "workers", WORKER_OUTPUT, cache_limit=64 << 30)
     rpc = w.services[0]
-    assert [s.unit for s in w.services] == ["rpc-server.service", "rpc-server-watchdog.service",
-                                            "llama-rpc-firewall.service", "rpc-cache-prune.timer"]
+    assert [s.unit for s in w.services] == [
+        "rpc-server.service",
+        "rpc-server-watchdog.service",
+        "llama-rpc-firewall.service",
+        "rpc-cache-prune.timer",
+    ]
     assert (rpc.crashes, rpc.last_crash, rpc.watchdog_restarts) == (2, "2026-12-03T13:40:07+0000", 1)
     assert rpc.last_watchdog_reason.startswith("a new connection has waited 20 s")
     assert (w.image, w.rpc_protocol, w.cache_bytes) == ("llama-rpc:b11312-0123456789ab", "7.0.0", 50 << 20)
@@ -66,8 +71,10 @@ def test_a_worker_restart_and_its_cause():
 def test_the_coordinators_load_report_and_a_failed_service():
     c = status.parse("10.0.0.10", "coordinator", COORDINATOR_OUTPUT)
     c.api = "no answer (connection refused)"
-    assert c.devices == {"CUDA0": {"model": 9374.0, "kv": 5568.0},
-                         "RPC0[10.0.0.20:50052]": {"model": 7207.0, "kv": 4352.0}}
+    assert c.devices == {
+        "CUDA0": {"model": 9374.0, "kv": 5568.0},
+        "RPC0[10.0.0.20:50052]": {"model": 7207.0, "kv": 4352.0},
+    }
     assert c.projector_on == "RPC0[10.0.0.20:50052]" and not c.ok
     w = status.parse("10.0.0.20", "workers", WORKER_OUTPUT, cache_limit=64 << 30)
     text = status.table([c, w])
@@ -90,10 +97,19 @@ def test_each_host_gets_the_script_of_its_role():
 # with rpc_firewall; the cache prune runs from its timer, so the timer is what status asks about.
 DEPLOYED_UNITS = {
     "coordinator": [roles.COORDINATOR_UNIT, roles.WATCHDOG_UNIT, roles.FRONT_UNIT, roles.TUNNEL_UNIT],
-    "workers": [roles.WORKER_UNIT, roles.WORKER_WATCHDOG_UNIT, roles.FIREWALL_UNIT, roles.CACHE_PRUNE_TIMER,
-                roles.TUNNEL_UNIT],
-    "worker without rpc_firewall": [roles.WORKER_UNIT, roles.WORKER_WATCHDOG_UNIT, roles.CACHE_PRUNE_TIMER,
-                                    roles.TUNNEL_UNIT],
+    "workers": [
+        roles.WORKER_UNIT,
+        roles.WORKER_WATCHDOG_UNIT,
+        roles.FIREWALL_UNIT,
+        roles.CACHE_PRUNE_TIMER,
+        roles.TUNNEL_UNIT,
+    ],
+    "worker without rpc_firewall": [
+        roles.WORKER_UNIT,
+        roles.WORKER_WATCHDOG_UNIT,
+        roles.CACHE_PRUNE_TIMER,
+        roles.TUNNEL_UNIT,
+    ],
     "plain coordinator": [roles.COORDINATOR_UNIT, roles.WATCHDOG_UNIT, roles.FRONT_UNIT],
     "plain worker": [roles.WORKER_UNIT, roles.WORKER_WATCHDOG_UNIT, roles.FIREWALL_UNIT, roles.CACHE_PRUNE_TIMER],
 }
@@ -116,13 +132,16 @@ def _run(script: str, state: str = "active") -> str:
     return "".join(f"== unit {u}\n{state}\n" for u in _asked_units(script)) + "== crashes\n== watchdog\n"
 
 
-@pytest.mark.parametrize("role,firewall,transport,expected", [
-    ("coordinator", True, "tunnel", DEPLOYED_UNITS["coordinator"]),
-    ("workers", True, "tunnel", DEPLOYED_UNITS["workers"]),
-    ("workers", False, "tunnel", DEPLOYED_UNITS["worker without rpc_firewall"]),
-    ("coordinator", True, "plain", DEPLOYED_UNITS["plain coordinator"]),
-    ("workers", True, "plain", DEPLOYED_UNITS["plain worker"]),
-])
+@pytest.mark.parametrize(
+    "role,firewall,transport,expected",
+    [
+        ("coordinator", True, "tunnel", DEPLOYED_UNITS["coordinator"]),
+        ("workers", True, "tunnel", DEPLOYED_UNITS["workers"]),
+        ("workers", False, "tunnel", DEPLOYED_UNITS["worker without rpc_firewall"]),
+        ("coordinator", True, "plain", DEPLOYED_UNITS["plain coordinator"]),
+        ("workers", True, "plain", DEPLOYED_UNITS["plain worker"]),
+    ],
+)
 def test_status_asks_about_every_unit_the_deploy_installs(role, firewall, transport, expected):
     c = cluster(workers=[{"rpc_firewall": firewall, "rpc_transport": transport}])
     host = c.coordinator if role == "coordinator" else c.workers[0]
@@ -150,9 +169,23 @@ def test_the_deployed_units_are_the_ones_render_writes():
 
     def units(files):
         return {path.rsplit("/", 1)[1] for path in files if path.startswith(roles.UNIT_DIR + "/")}
-    worker = units({**render.worker_files(c, w, "img"), **render.firewall_files(c, w), **render.tunnel_files(c, w),
-                    **render.worker_watchdog_files(w), **render.cache_prune_files(w)})
-    coordinator = units({**render.coordinator_files(c, "img"), **render.watchdog_files(c), **render.front_files(c),
-                         **render.tunnel_files(c, c.coordinator)})
+
+    worker = units(
+        {
+            **render.worker_files(c, w, "img"),
+            **render.firewall_files(c, w),
+            **render.tunnel_files(c, w),
+            **render.worker_watchdog_files(w),
+            **render.cache_prune_files(w),
+        }
+    )
+    coordinator = units(
+        {
+            **render.coordinator_files(c, "img"),
+            **render.watchdog_files(c),
+            **render.front_files(c),
+            **render.tunnel_files(c, c.coordinator),
+        }
+    )
     assert worker - started_by_a_timer == set(DEPLOYED_UNITS["workers"])
     assert coordinator == set(DEPLOYED_UNITS["coordinator"])

@@ -1,4 +1,5 @@
 """Every template is rendered, every rendered shell script passes shellcheck, every env file reads back."""
+
 import json
 import shutil
 import subprocess
@@ -9,28 +10,54 @@ import pytest
 from llama_rpc_deploy import render
 
 from .helpers import IMAGE, cluster
+
 CLUSTERS = {
     "seed pair": lambda: cluster(),
     "cpu lab, two workers, no firewall on one": lambda: cluster(
-        coordinator={"gpus": []}, workers=[{"gpus": []}, {"gpus": [], "rpc_firewall": False, "rpc_threads": 2}],
-        all_data={"image_backend": "cpu", "llama_n_gpu_layers": 6, "llama_tensor_split": [1, 1],
-                  "llama_sleep_idle_seconds": 900, "llama_threads": 2, "llama_metrics": True,
-                  "llama_extra_args": ["--alias", "a b; c"]}),
+        coordinator={"gpus": []},
+        workers=[{"gpus": []}, {"gpus": [], "rpc_firewall": False, "rpc_threads": 2}],
+        all_data={
+            "image_backend": "cpu",
+            "llama_n_gpu_layers": 6,
+            "llama_tensor_split": [1, 1],
+            "llama_sleep_idle_seconds": 900,
+            "llama_threads": 2,
+            "llama_metrics": True,
+            "llama_extra_args": ["--alias", "a b; c"],
+        },
+    ),
     "plain transport": lambda: cluster(workers=[{"rpc_transport": "plain"}, {"rpc_transport": "plain"}]),
     "ipv6 clients, odd paths": lambda: cluster(
-        workers=[{"rpc_allow_from": ["fd00::10", "10.0.0.0/24"], "rpc_cache_dir": "/srv/cache-dir.2",
-                  "rpc_extra_args": ["--mem", "8192"]}],
-        all_data={"llama_model_path": "/srv/my models/it's.gguf"}),
+        workers=[
+            {
+                "rpc_allow_from": ["fd00::10", "10.0.0.0/24"],
+                "rpc_cache_dir": "/srv/cache-dir.2",
+                "rpc_extra_args": ["--mem", "8192"],
+            }
+        ],
+        all_data={"llama_model_path": "/srv/my models/it's.gguf"},
+    ),
 }
 
 
 def every_file(c) -> dict[str, str]:
-    out = {**render.coordinator_files(c, IMAGE), **render.watchdog_files(c), **render.front_files(c),
-           **render.tunnel_files(c, c.coordinator)}
+    out = {
+        **render.coordinator_files(c, IMAGE),
+        **render.watchdog_files(c),
+        **render.front_files(c),
+        **render.tunnel_files(c, c.coordinator),
+    }
     for w in c.workers:
-        out |= {f"{w.name}:{p}": t for p, t in {**render.worker_files(c, w, IMAGE), **render.firewall_files(c, w),
-                                                 **render.tunnel_files(c, w),
-                                                 **render.worker_watchdog_files(w), **render.cache_prune_files(w)}.items()}
+        out |= {
+            f"{w.name}:{p}": t
+            for p, t in {
+                **render.worker_files(c, w, IMAGE),
+                **render.firewall_files(c, w),
+                **render.tunnel_files(c, w),
+                **render.worker_watchdog_files(w),
+                **render.cache_prune_files(w),
+            }.items()
+        }
     return out
 
 
@@ -61,7 +88,9 @@ def shellcheck_findings(tmp_path_factory):
     """shellcheck once over every cluster's rendered scripts (one process, not one a cluster): its findings
     (gcc format) by cluster. Each cluster's hosts have folders of their own, as the files are on the hosts; a
     script that is the same, next to the same scripts it names (the programs shipped as they are), is checked once."""
-    assert shutil.which("shellcheck"), "shellcheck is missing: apt-get install shellcheck (scripts/setup-machine.sh does)"
+    assert shutil.which("shellcheck"), (
+        "shellcheck is missing: apt-get install shellcheck (scripts/setup-machine.sh does)"
+    )
     root, hosts = tmp_path_factory.mktemp("shellcheck"), {}
     for i, (name, make) in enumerate(CLUSTERS.items()):
         for path, text in every_file(make()).items():
@@ -76,13 +105,16 @@ def shellcheck_findings(tmp_path_factory):
             key = (text, tuple(sorted((f, t) for f, t in scripts.items() if f in text)))  # what it may source
             checked.setdefault(key, str(folder / file))
             where.setdefault(checked[key], []).append((name, str(folder / file)))
-    result = subprocess.run(["shellcheck", "--external-sources", "--severity=style", "--format=json1", *where],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["shellcheck", "--external-sources", "--severity=style", "--format=json1", *where],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode in (0, 1), result.stdout + result.stderr  # 1: findings; anything else: it could not check
     findings = {name: [] for name in CLUSTERS}
     for c in json.loads(result.stdout)["comments"]:
         for name, file in where[c["file"]]:
-            findings[name].append(f'{file}:{c["line"]}:{c["column"]}: {c["level"]}: {c["message"]} [SC{c["code"]}]')
+            findings[name].append(f"{file}:{c['line']}:{c['column']}: {c['level']}: {c['message']} [SC{c['code']}]")
     assert (result.returncode == 0) == (not any(findings.values())), result.stdout + result.stderr
     return findings
 
@@ -103,8 +135,10 @@ def test_env_files_read_back_as_written(rendered, tmp_path):
         i = len(envs)
         (tmp_path / f"{i}.env").write_text(text)
         envs[i] = (path, [line.split("=", 1)[0] for line in text.splitlines()])
-        script.append(f'(set -u; . ./{i}.env; for k in {" ".join(envs[i][1])}; do printf "%s=%s\\n" "$k" "${{!k}}"; done)'
-                      f' > {i}.out 2> {i}.err; echo $? > {i}.rc')
+        script.append(
+            f'(set -u; . ./{i}.env; for k in {" ".join(envs[i][1])}; do printf "%s=%s\\n" "$k" "${{!k}}"; done)'
+            f" > {i}.out 2> {i}.err; echo $? > {i}.rc"
+        )
     subprocess.run(["bash", "-c", "\n".join(script)], cwd=tmp_path, check=True)
     for i, (path, keys) in envs.items():
         out, err = (tmp_path / f"{i}.out").read_text(), (tmp_path / f"{i}.err").read_text()
@@ -125,8 +159,9 @@ def test_launch_scripts_run_docker_with_the_intended_words(rendered, tmp_path):
         script.write_text(text.replace("/usr/bin/docker", str(bin_dir / "docker")))
         (bin_dir / "docker").write_text('#!/bin/sh\nfor w in "$@"; do printf "%s\\n" "$w"; done\n')
         (bin_dir / "docker").chmod(0o755)
-        argv = subprocess.run(["sh", str(script)], capture_output=True, text=True, check=True,
-                              env={"PATH": f"{bin_dir}:/usr/bin:/bin"}).stdout.splitlines()
+        argv = subprocess.run(
+            ["sh", str(script)], capture_output=True, text=True, check=True, env={"PATH": f"{bin_dir}:/usr/bin:/bin"}
+        ).stdout.splitlines()
         assert argv[:2] == ["run", "--rm"] and "--user" in argv and argv[argv.index("--user") + 1] == "999:999"
         assert IMAGE in argv and argv[argv.index(IMAGE) + 1] in ("server", "rpc")
 
@@ -143,8 +178,9 @@ def test_paths_with_spaces_and_quotes_stay_one_word(tmp_path):
     def argv(path):
         script = tmp_path / "launch.sh"
         script.write_text(files[path].replace("/usr/bin/docker", str(bin_dir / "docker")))
-        return subprocess.run(["sh", str(script)], capture_output=True, text=True, check=True,
-                              env={"PATH": f"{bin_dir}:/usr/bin:/bin"}).stdout.splitlines()
+        return subprocess.run(
+            ["sh", str(script)], capture_output=True, text=True, check=True, env={"PATH": f"{bin_dir}:/usr/bin:/bin"}
+        ).stdout.splitlines()
 
     server = argv("/opt/llama-rpc/llama-server.sh")
     assert "/srv/my models:/models:ro" in server and "/models/it's.gguf" in server

@@ -3,8 +3,21 @@ import pytest
 from gguf import GGUFReader
 
 from lab import testmodel
-from lab.testmodel import (PROMPT, SENTENCE, SPACE, Shape, layer_effects, pieces, read_weights, sentence_tokens,
-                           sentence_vocabulary, sentence_weights, tokenize, vocabulary, write_model)
+from lab.testmodel import (
+    PROMPT,
+    SENTENCE,
+    SPACE,
+    Shape,
+    layer_effects,
+    pieces,
+    read_weights,
+    sentence_tokens,
+    sentence_vocabulary,
+    sentence_weights,
+    tokenize,
+    vocabulary,
+    write_model,
+)
 
 pytestmark = pytest.mark.xdist_group("sentence models")  # tests/conftest.py: written once, on one worker
 
@@ -30,6 +43,7 @@ def test_vocabulary_has_every_byte_for_fallback():
 
 
 # --- the sentence model (issue 14): its greedy output is known, by a margin rounding cannot cross ---
+
 
 @pytest.fixture(scope="module")
 def sentence_model(sentence_models):
@@ -76,7 +90,14 @@ def test_prompt_and_sentence_tokenize_into_whole_words():
     tokens = [t.decode() for t in sentence_vocabulary()[0]]
     prompt = tokenize(PROMPT)
     assert prompt[0] == 1  # <s>
-    assert [tokens[i] for i in prompt[1:]] == [SPACE + "Two", SPACE + "computers", ",", SPACE + "one", SPACE + "model", ":"]
+    assert [tokens[i] for i in prompt[1:]] == [
+        SPACE + "Two",
+        SPACE + "computers",
+        ",",
+        SPACE + "one",
+        SPACE + "model",
+        ":",
+    ]
     # The sentence as generated is also how the tokenizer writes it (no byte tokens, no half words)
     assert tokenize(SENTENCE[1:], add_bos=False) == sentence_tokens()
     assert "".join(tokens[i] for i in sentence_tokens()).replace(SPACE, " ") == SENTENCE

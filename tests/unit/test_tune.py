@@ -1,6 +1,7 @@
 """tune's own arithmetic: a split (layers per place) to llama_n_gpu_layers and llama_tensor_split, and back
 through the planner's placement (llama.cpp's layer rule, plan.assign_layers); which candidates fit. The
 measurements themselves run on the lab (tests/e2e/test_lab_tune.py, benchmarks/tune_lab.py)."""
+
 import pytest
 
 from llama_rpc_deploy import plan, tune
@@ -9,7 +10,10 @@ from llama_rpc_deploy.plan import GIB, Device
 from .helpers import cluster, seed_model
 
 CPU_RPC = [Device("RPC0", "w1", "CPU", 0, 40e9), Device("RPC1", "w2", "CPU", 0, 40e9)]
-CARDS = [Device("RPC0", "server", "RTX 5060 Ti 16GB", 16 * GIB, 448e9), Device("CUDA0", "desktop", "RTX 4080", 16 * GIB, 717e9)]
+CARDS = [
+    Device("RPC0", "server", "RTX 5060 Ti 16GB", 16 * GIB, 448e9),
+    Device("CUDA0", "desktop", "RTX 4080", 16 * GIB, 717e9),
+]
 
 
 @pytest.mark.parametrize("split", [(3, 3, 2), (0, 4, 4), (8, 0, 0), (2, 0, 6), (1, 6, 1)])
@@ -19,16 +23,24 @@ def test_a_split_with_the_coordinators_cpu_is_placed_as_asked(split):
     layout = tune.Layout(n_layer=8, devices=CPU_RPC, cpu=True)
     s = layout.settings(split)
     assert s["llama_n_gpu_layers"] == split[1] + split[2] + 1
-    placements, _ = plan.place(seed_model(n_layer=8), CPU_RPC, [float(x) for x in s["llama_tensor_split"]],
-                               plan.Context(2048), s["llama_n_gpu_layers"])
+    placements, _ = plan.place(
+        seed_model(n_layer=8),
+        CPU_RPC,
+        [float(x) for x in s["llama_tensor_split"]],
+        plan.Context(2048),
+        s["llama_n_gpu_layers"],
+    )
     assert [len(p.layers) for p in placements] == list(split[1:])
     on_devices = [il for p in placements for il in p.layers]
     assert on_devices == list(range(split[0], 8))  # the first layers stay on the CPU, the rest in device order
 
 
 def test_the_lab_split_is_found_from_its_settings():
-    c = cluster(coordinator={"gpus": []}, workers=({"gpus": []}, {"gpus": []}),
-                all_data={"llama_n_gpu_layers": 6, "llama_tensor_split": [1, 1], "image_backend": "cpu"})
+    c = cluster(
+        coordinator={"gpus": []},
+        workers=({"gpus": []}, {"gpus": []}),
+        all_data={"llama_n_gpu_layers": 6, "llama_tensor_split": [1, 1], "image_backend": "cpu"},
+    )
     layout, start = tune.layout_of(c, seed_model(n_layer=8))
     assert start == (3, 3, 2) and layout.cpu
     assert layout.places == ["CPU (coordinator)", "RPC0 (10.0.0.20)", "RPC1 (10.0.0.21)"]

@@ -1,6 +1,7 @@
 """`tune --apply` writes the best split into group_data: into the file each setting came from (writeback.target_file),
 changing only those settings' lines and the '# llama-rpc tune:' comment above them (writeback.write_settings); the
 file then reads back, with the project's own reader and through pyinfra's, as the new values."""
+
 import os
 import shutil
 from pathlib import Path
@@ -14,18 +15,22 @@ from llama_rpc_deploy.tune.writeback import ApplyError, target_file, write_setti
 from llama_rpc_deploy.userdata import group_vars
 
 from llama_rpc_deploy.tune import KEYS  # what tune writes
+
 SPLIT = {"llama_tensor_split": [3, 4, 2], "llama_n_gpu_layers": 7}
 COMMENT = "2025-06-01, generation tokens/s 1.080x the split [3, 3, 3]"
-INVENTORY = '''coordinator = [("10.0.0.10", {"image_backend": "cpu", "llama_model_path": "/models/lab.gguf"%s})]
+INVENTORY = """coordinator = [("10.0.0.10", {"image_backend": "cpu", "llama_model_path": "/models/lab.gguf"%s})]
 workers = [("10.0.0.11", {}), ("10.0.0.12", {})]
-'''
+"""
 
 
 def others(text: str) -> list[str]:
     """The lines of text that are neither a written key's line nor a tune comment, line ends kept (a commented-out
     example, '# llama_tensor_split: auto', is one of them)."""
-    return [line for line in text.splitlines(keepends=True)
-            if not line.lstrip().startswith((*(f"{k}:" for k in SPLIT), "# llama-rpc tune:"))]
+    return [
+        line
+        for line in text.splitlines(keepends=True)
+        if not line.lstrip().startswith((*(f"{k}:" for k in SPLIT), "# llama-rpc tune:"))
+    ]
 
 
 def tune_lines(text: str) -> list[str]:
@@ -34,6 +39,7 @@ def tune_lines(text: str) -> list[str]:
 
 
 # --- write_settings ---
+
 
 @pytest.mark.parametrize("name", ["coordinator.yml", "all.yml"])
 def test_the_shipped_files_keep_every_other_line_and_read_back(tmp_path, name):
@@ -78,11 +84,11 @@ def test_a_key_already_set_is_replaced_in_place_and_a_second_write_does_not_stac
     at = new.index("llama_tensor_split: [3, 4, 2]  # my note")  # its note after the value stays
     assert new[at - 1] == f"# llama-rpc tune: {COMMENT}"
     assert new[at - 2] == "# llama_tensor_split: [1, 1]"  # the commented example stays as it is
-    assert new[at + 1:at + 3] == ["# between", "llama_n_gpu_layers: 7   # all of them"]
+    assert new[at + 1 : at + 3] == ["# between", "llama_n_gpu_layers: 7   # all of them"]
     second = write_settings(path, {"llama_tensor_split": [2, 5, 2], "llama_n_gpu_layers": 7}, "the second run")
     assert tune_lines(second) == ["# llama-rpc tune: the second run"]
     assert others(second) == others(EDITED)
-    assert second.splitlines()[at:at + 1] == ["llama_tensor_split: [2, 5, 2]  # my note"]
+    assert second.splitlines()[at : at + 1] == ["llama_tensor_split: [2, 5, 2]  # my note"]
     data = group_vars(tmp_path / "coordinator.py")
     assert (data["llama_tensor_split"], data["llama_n_gpu_layers"]) == ([2, 5, 2], 7)
     assert (data["llama_port"], data["llama_extra_args"]) == (8081, ["--metrics"])
@@ -96,17 +102,25 @@ def test_the_comment_goes_above_the_topmost_key_and_an_old_one_elsewhere_goes(tm
     assert text == "# llama-rpc tune: new\nllama_n_gpu_layers: 7\nllama_port: 8081\nllama_tensor_split: [3, 4, 2]\n"
 
 
-@pytest.mark.parametrize("before, after", [
-    ("llama_tensor_split:\n# after\nllama_port: 1\n", "llama_tensor_split: [3, 4, 2]\n# after\nllama_port: 1\n"),
-    ("llama_tensor_split:\n  - 1\n  - 1   # n\n\n# after\nllama_port: 1\n",
-     "llama_tensor_split: [3, 4, 2]   # n\n\n# after\nllama_port: 1\n"),
-    ("llama_tensor_split: |\n  1, 1\n\n# after\n", "llama_tensor_split: [3, 4, 2]\n\n# after\n"),
-    ("split: &s [1, 1]\nllama_tensor_split: *s\n", "split: &s [1, 1]\nllama_tensor_split: [3, 4, 2]\n"),
-    ("llama_port: 1\r\n# c\r\nllama_tensor_split: auto\r\n",
-     "llama_port: 1\r\n# c\r\nllama_tensor_split: [3, 4, 2]\r\n"),
-    ("llama_port: 1", "llama_port: 1\nllama_tensor_split: [3, 4, 2]\n"),
-    ("", "llama_tensor_split: [3, 4, 2]\n"),
-], ids=["empty value", "block list", "block text", "alias", "CRLF", "no final newline", "empty file"])
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        ("llama_tensor_split:\n# after\nllama_port: 1\n", "llama_tensor_split: [3, 4, 2]\n# after\nllama_port: 1\n"),
+        (
+            "llama_tensor_split:\n  - 1\n  - 1   # n\n\n# after\nllama_port: 1\n",
+            "llama_tensor_split: [3, 4, 2]   # n\n\n# after\nllama_port: 1\n",
+        ),
+        ("llama_tensor_split: |\n  1, 1\n\n# after\n", "llama_tensor_split: [3, 4, 2]\n\n# after\n"),
+        ("split: &s [1, 1]\nllama_tensor_split: *s\n", "split: &s [1, 1]\nllama_tensor_split: [3, 4, 2]\n"),
+        (
+            "llama_port: 1\r\n# c\r\nllama_tensor_split: auto\r\n",
+            "llama_port: 1\r\n# c\r\nllama_tensor_split: [3, 4, 2]\r\n",
+        ),
+        ("llama_port: 1", "llama_port: 1\nllama_tensor_split: [3, 4, 2]\n"),
+        ("", "llama_tensor_split: [3, 4, 2]\n"),
+    ],
+    ids=["empty value", "block list", "block text", "alias", "CRLF", "no final newline", "empty file"],
+)
 def test_each_way_of_writing_the_old_value_becomes_the_new_line(tmp_path, before, after):
     path = tmp_path / "coordinator.yml"
     path.write_bytes(before.encode())
@@ -128,13 +142,25 @@ def test_a_missing_file_is_written_and_a_files_mode_is_kept(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new.yml", "old.yml"]
 
 
-@pytest.mark.parametrize("text, values, words", [
-    ("- llama_port\n- 8081\n", SPLIT, ["1:1: the top level is a list", "llama_tensor_split = [3, 4, 2]"]),
-    ("{llama_port: 8081}\n", SPLIT, [":1: the top level is a mapping in braces", "expected 'name: value' lines"]),
-    ("llama_port: 8081\n...\n", SPLIT, [":4:1: found", "once llama_tensor_split = [3, 4, 2]", "nothing was written"]),
-    ("llama_port: 8081\n", {"image_backend": "yes"}, ["image_backend = 'yes' would read back as image_backend = True"]),
-    ("llama_port: 8081\n", {"llama_tensor_split": object()}, ["llama_tensor_split = <object", "cannot represent"]),
-], ids=["a list", "a mapping in braces", "an end of document", "a string YAML 1.1 reads as true", "not YAML"])
+@pytest.mark.parametrize(
+    "text, values, words",
+    [
+        ("- llama_port\n- 8081\n", SPLIT, ["1:1: the top level is a list", "llama_tensor_split = [3, 4, 2]"]),
+        ("{llama_port: 8081}\n", SPLIT, [":1: the top level is a mapping in braces", "expected 'name: value' lines"]),
+        (
+            "llama_port: 8081\n...\n",
+            SPLIT,
+            [":4:1: found", "once llama_tensor_split = [3, 4, 2]", "nothing was written"],
+        ),
+        (
+            "llama_port: 8081\n",
+            {"image_backend": "yes"},
+            ["image_backend = 'yes' would read back as image_backend = True"],
+        ),
+        ("llama_port: 8081\n", {"llama_tensor_split": object()}, ["llama_tensor_split = <object", "cannot represent"]),
+    ],
+    ids=["a list", "a mapping in braces", "an end of document", "a string YAML 1.1 reads as true", "not YAML"],
+)
 def test_a_file_that_cannot_take_the_values_is_refused_and_left_untouched(tmp_path, text, values, words):
     path = tmp_path / "coordinator.yml"
     path.write_text(text)
@@ -149,6 +175,7 @@ def test_a_file_that_cannot_take_the_values_is_refused_and_left_untouched(tmp_pa
 
 
 # --- target_file, on inventories loaded as the deploy loads them ---
+
 
 @pytest.fixture
 def checkout(tmp_path, monkeypatch):
@@ -200,12 +227,22 @@ def test_the_inventorys_own_group_data_folder_and_the_current_folders_are_both_l
     assert target_file(offline_cluster(inv), inv, KEYS) == elsewhere / "group_data" / "coordinator.yml"
 
 
-@pytest.mark.parametrize("data, overrides, words", [
-    (', "llama_n_gpu_layers": 7', None, ["inventory.py (host 10.0.0.10)", "llama_n_gpu_layers = 7",
-                                         "edit it there, or remove it"]),
-    ("", {"llama_tensor_split": [1, 1]}, ["--data on the command line", "llama_tensor_split = [1, 1]",
-                                          "edit it there, or remove it"]),
-], ids=["the host's own data", "--data"])
+@pytest.mark.parametrize(
+    "data, overrides, words",
+    [
+        (
+            ', "llama_n_gpu_layers": 7',
+            None,
+            ["inventory.py (host 10.0.0.10)", "llama_n_gpu_layers = 7", "edit it there, or remove it"],
+        ),
+        (
+            "",
+            {"llama_tensor_split": [1, 1]},
+            ["--data on the command line", "llama_tensor_split = [1, 1]", "edit it there, or remove it"],
+        ),
+    ],
+    ids=["the host's own data", "--data"],
+)
 def test_a_value_a_group_data_file_cannot_override_is_refused(checkout, data, overrides, words):
     inv = inventory(checkout, data)
     with pytest.raises(ApplyError) as error:
@@ -218,8 +255,11 @@ def test_keys_from_two_files_are_refused(checkout):
     (checkout / "group_data" / "all.yml").write_text("llama_tensor_split: [1, 1]\n")
     (checkout / "group_data" / "coordinator.yml").write_text("llama_n_gpu_layers: 999\n")
     inv = inventory(checkout)
-    with pytest.raises(ApplyError, match=r"llama_n_gpu_layers from .*coordinator.yml, llama_tensor_split from "
-                                         r".*all.yml: the settings tune writes come from different files"):
+    with pytest.raises(
+        ApplyError,
+        match=r"llama_n_gpu_layers from .*coordinator.yml, llama_tensor_split from "
+        r".*all.yml: the settings tune writes come from different files",
+    ):
         target_file(offline_cluster(inv), inv, KEYS)
 
 
@@ -241,6 +281,9 @@ def test_a_yml_outside_the_inventorys_group_data_folders_is_refused(checkout, tm
     shutil.copy(PROJECT / "group_data" / "all.py", extra)
     (extra / "all.yml").write_text("llama_tensor_split: [1, 1]\n")
     inv = inventory(checkout)
-    with pytest.raises(ApplyError, match=rf"^{extra}/all.yml:1:21: llama_tensor_split = \[1, 1\] is set there: "
-                                         r"expected it in a .yml file of a group_data folder of this inventory"):
+    with pytest.raises(
+        ApplyError,
+        match=rf"^{extra}/all.yml:1:21: llama_tensor_split = \[1, 1\] is set there: "
+        r"expected it in a .yml file of a group_data folder of this inventory",
+    ):
         target_file(offline_cluster(inv, group_data=extra), inv, KEYS)

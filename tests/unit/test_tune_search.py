@@ -1,6 +1,7 @@
 """tune's search (tune.search): the candidates (neighbours, all_splits), the bootstrap ratio and the pattern search,
 against a synthetic machine: tokens/s = 1 / (sum(layers_i * cost_i) + hop), with Gaussian noise of a few % and,
 where said, a slow drift over the calls. The seeds are fixed, so every run sees the same noise."""
+
 import functools
 import math
 import random
@@ -35,7 +36,9 @@ def each_interval_bootstrapped_once():
     the search runs as it is. The tests of ratio_interval below call it directly."""
     module = sys.modules[search.__module__]
     bootstrap = module.ratio_interval
-    computed = functools.cache(lambda base, other, args, kwargs: bootstrap(list(base), list(other), *args, **dict(kwargs)))
+    computed = functools.cache(
+        lambda base, other, args, kwargs: bootstrap(list(base), list(other), *args, **dict(kwargs))
+    )
 
     def once(base, other, *args, **kwargs):
         return computed(tuple(base), tuple(other), args, tuple(sorted(kwargs.items())))
@@ -72,6 +75,7 @@ def best_of(total, places, costs, fits=anything):
 
 # --- the search finds the gain, and no gain where there is none ---
 
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_asymmetric_costs_find_the_exhaustive_best_in_a_third_of_the_sweep(seed):
     sweep_calls = len(all_splits(9, 3, anything)) * 3  # every split, 3 repeats
@@ -99,6 +103,7 @@ def test_a_gain_within_min_gain_is_not_taken():
 
 
 # --- what it measures ---
+
 
 def test_only_splits_that_fit_are_measured():
     """Place 0 may hold at most 4 layers, though the costs pull layers there: the best that fits is found and
@@ -152,6 +157,7 @@ def test_a_budget_too_small_for_a_comparison_and_the_confirmation_is_refused():
 
 # --- alternation ---
 
+
 def alternates(block):
     """block is a, b, a, b, ... with a != b."""
     a, b = block[0], block[1]
@@ -164,10 +170,10 @@ def test_every_comparison_alternates_and_the_first_side_swaps(repeats, confirm):
         r = search(START, anything, Machine(ASYMMETRIC, seed), budget=120, repeats=repeats, confirm=confirm)
         assert r.significant  # so the last 2 * confirm measurements are the confirmation
         splits = [m.split for m in r.measurements]
-        searched, confirmation = splits[:-2 * confirm], splits[-2 * confirm:]
+        searched, confirmation = splits[: -2 * confirm], splits[-2 * confirm :]
         assert alternates(confirmation) and confirmation[:2] == [r.start, r.best]
         assert len(searched) % (2 * repeats) == 0
-        blocks = [searched[i:i + 2 * repeats] for i in range(0, len(searched), 2 * repeats)]
+        blocks = [searched[i : i + 2 * repeats] for i in range(0, len(searched), 2 * repeats)]
         assert len(blocks) >= 3 and all(alternates(b) for b in blocks)
         # The current split of each comparison follows from the one before: it stayed, or the candidate won.
         current, candidate = r.start, None
@@ -183,6 +189,7 @@ def test_the_corners_are_tried_first_where_single_moves_find_nothing():
     """Each place that computes costs a fixed overhead (the RPC round trips of a device), every layer the same: every
     layer on one place is 2x faster than (3, 3, 3). The corners are compared first, and the search ends on one,
     confirmed."""
+
     def measure(seed):
         rng = random.Random(seed)
         return lambda split: 1.0 / (sum(split) + 9.0 * sum(1 for c in split if c)) * (1 + rng.gauss(0, 0.02))
@@ -199,6 +206,7 @@ def test_the_corners_are_tried_first_where_single_moves_find_nothing():
 
 
 # --- a KeyboardInterrupt goes through ---
+
 
 @pytest.mark.parametrize("at", [1, 5, 40])
 def test_a_keyboard_interrupt_from_measure_propagates(at):
@@ -258,13 +266,17 @@ def test_neighbours_move_step_layers_across_one_boundary(case):
         assert sum(n) == sum(split) and fits(n) and all(c >= m for c, m in zip(n, low))
         changed = [i for i in range(len(split)) if n[i] != split[i]]
         # two places whose runs of layers meet: adjacent, or only empty places between them
-        assert len(changed) == 2 and not any(split[changed[0] + 1:changed[1]])
+        assert len(changed) == 2 and not any(split[changed[0] + 1 : changed[1]])
         assert sorted(n[i] - split[i] for i in changed) == [-step, step]
     # and every such split is there: all_splits, filtered by the difference, is an independent list of them
-    expected = {s for s in all_splits(sum(split), len(split), fits, minimum)
-                if sorted(a - b for a, b in zip(s, split) if a != b) == [-step, step]
-                and not any(split[k] for k in range(len(s)) if min(d := [i for i in range(len(s)) if s[i] != split[i]])
-                            < k < max(d))}
+    expected = {
+        s
+        for s in all_splits(sum(split), len(split), fits, minimum)
+        if sorted(a - b for a, b in zip(s, split) if a != b) == [-step, step]
+        and not any(
+            split[k] for k in range(len(s)) if min(d := [i for i in range(len(s)) if s[i] != split[i]]) < k < max(d)
+        )
+    }
     assert set(found) == expected
 
 

@@ -1,6 +1,7 @@
 """The RPC tunnel with Debian's real stunnel on this machine: the configurations render.tunnel_files writes,
 with the keys tunnel.ensure makes, carry rpc-server's HELLO from the coordinator's end to the worker's
 rpc-server; a client without the coordinator's certificate gets nothing through."""
+
 from __future__ import annotations
 
 import shutil
@@ -20,8 +21,9 @@ from llama_rpc_deploy.settings import SettingsError
 
 from .helpers import cluster
 
-pytestmark = pytest.mark.skipif(not shutil.which("stunnel4"), reason="stunnel4 is missing: apt-get install stunnel4 "
-                                                                       "(scripts/setup-machine.sh does)")
+pytestmark = pytest.mark.skipif(
+    not shutil.which("stunnel4"), reason="stunnel4 is missing: apt-get install stunnel4 (scripts/setup-machine.sh does)"
+)
 
 HELLO = bytes([14]) + (24).to_bytes(8, "little") + bytes(24)  # RPC_CMD_HELLO as llama.cpp sends it
 COORDINATOR, WORKER = "127.0.0.1", "127.0.0.2"  # both this machine's loopback, as two hosts
@@ -86,17 +88,25 @@ def wait_listening(address: str, port: int, process: subprocess.Popen) -> None:
 def pair(tmp_path):
     """A coordinator's and a worker's stunnel as the deploy renders them, and a stand-in rpc-server behind the worker."""
     rpc_port, tls_port, local_port = free_ports(3)
-    c = cluster(names=[COORDINATOR, WORKER], coordinator={"gpus": []}, workers=[{"rpc_port": rpc_port,
-                "rpc_tunnel_port": tls_port, "gpus": []}], all_data={"rpc_tunnel_local_port": local_port,
-                                                                    "image_backend": "cpu"})
+    c = cluster(
+        names=[COORDINATOR, WORKER],
+        coordinator={"gpus": []},
+        workers=[{"rpc_port": rpc_port, "rpc_tunnel_port": tls_port, "gpus": []}],
+        all_data={"rpc_tunnel_local_port": local_port, "image_backend": "cpu"},
+    )
     state = tmp_path / "state"
     keys = tunnel.ensure(state, 1, [COORDINATOR, WORKER], "test")
     got = rpc_server(rpc_port)
     worker = c.workers[0]
     config = f"{worker.settings['deploy_dir']}/{roles.TUNNEL_CONFIG}"
-    processes = [start(render.tunnel_files(c, worker)[config], tunnel.host_sources(keys, WORKER), tmp_path / "worker"),
-                 start(render.tunnel_files(c, c.coordinator)[config], tunnel.host_sources(keys, COORDINATOR),
-                       tmp_path / "coordinator")]
+    processes = [
+        start(render.tunnel_files(c, worker)[config], tunnel.host_sources(keys, WORKER), tmp_path / "worker"),
+        start(
+            render.tunnel_files(c, c.coordinator)[config],
+            tunnel.host_sources(keys, COORDINATOR),
+            tmp_path / "coordinator",
+        ),
+    ]
     try:
         wait_listening(WORKER, tls_port, processes[0])
         wait_listening(COORDINATOR, local_port, processes[1])
@@ -145,7 +155,9 @@ def test_the_worker_end_admits_no_one_without_the_coordinators_certificate(pair,
     assert got == []
     # and the coordinator's certificate does get through: the probes above could have succeeded
     name = tunnel.tunnel_name(COORDINATOR)
-    assert hello(WORKER, tls_port, client_context(keys / f"{name}.crt", keys / f"{name}.key", keys / "ca.crt")) == ANSWER
+    assert (
+        hello(WORKER, tls_port, client_context(keys / f"{name}.crt", keys / f"{name}.key", keys / "ca.crt")) == ANSWER
+    )
     assert got == [HELLO]
 
 

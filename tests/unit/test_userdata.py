@@ -1,4 +1,5 @@
 """group_data/*.yml: read through the one-line group_data/*.py loaders, as pyinfra reads them."""
+
 from __future__ import annotations
 
 import re
@@ -28,8 +29,11 @@ def pyinfra_group_data(folder: Path) -> dict:
 def test_shipped_files_are_the_three_groups_with_a_loader_each():
     assert [p.name for p in SHIPPED] == ["all.yml", "coordinator.yml", "workers.yml"]
     for yml in SHIPPED:
-        code = [line for line in yml.with_suffix(".py").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+        code = [
+            line
+            for line in yml.with_suffix(".py").read_text().splitlines()
+            if line.strip() and not line.startswith("#")
+        ]
         assert code == ["from llama_rpc_deploy.userdata import group_vars; globals().update(group_vars(__file__))"]
 
 
@@ -63,7 +67,8 @@ def test_origins_point_at_each_value(tmp_path):
         "llama_extra_args:\n"
         "  - --metrics\n"
         "gpus: [RTX 4080, {name: RTX 5060 Ti, cuda_arch: '120'}]\n"
-        "llama_tensor_split:   null\n")
+        "llama_tensor_split:   null\n"
+    )
     data = group_vars(folder / "coordinator.py")
     assert data["llama_port"] == 8081 and data["llama_extra_args"] == ["--metrics"]
     assert data["gpus"] == ["RTX 4080", {"name": "RTX 5060 Ti", "cuda_arch": "120"}]
@@ -92,62 +97,71 @@ def test_missing_or_empty_gives_nothing(tmp_path, text):
 MISTAKES = {
     "tab for indentation": (
         "llama_port: 8080\nllama_extra_args:\n\t- --metrics\n",
-        "3:1: a tab used for indentation (YAML forbids tabs there): expected spaces"),
-    "tab after a key": (
-        "llama_port:\t8080\n",
-        "1:12: a tab character where YAML reads no tabs: expected a space"),
+        "3:1: a tab used for indentation (YAML forbids tabs there): expected spaces",
+    ),
+    "tab after a key": ("llama_port:\t8080\n", "1:12: a tab character where YAML reads no tabs: expected a space"),
     "duplicate top-level key": (
         "llama_port: 8080\nllama_parallel: 2\nllama_port: 8081\n",
-        "3:1: duplicate key 'llama_port' (first at 1:1): expected each key once in a mapping"),
+        "3:1: duplicate key 'llama_port' (first at 1:1): expected each key once in a mapping",
+    ),
     "duplicate nested key": (
         "gpus:\n  - {name: RTX 4080, name: RTX 3090}\n",
-        "2:22: duplicate key 'name' (first at 2:6): expected each key once in a mapping"),
+        "2:22: duplicate key 'name' (first at 2:6): expected each key once in a mapping",
+    ),
     "unclosed bracket": (
         "llama_extra_args: [--metrics\nllama_port: 8080\n",
-        "1:19: '[' not closed before ':' at 2:11: expected ',' or ']'"),
+        "1:19: '[' not closed before ':' at 2:11: expected ',' or ']'",
+    ),
     "unclosed bracket at the end": (
         "llama_port: 8080\nllama_extra_args: [--metrics, --no-mmap\n",
-        "2:19: '[' not closed before the end of the file: expected ',' or ']'"),
-    "unclosed brace": (
-        "gpus: [{name: RTX 4080]\n",
-        "1:8: '{' not closed before ']' at 1:23: expected ',' or '}'"),
+        "2:19: '[' not closed before the end of the file: expected ',' or ']'",
+    ),
+    "unclosed brace": ("gpus: [{name: RTX 4080]\n", "1:8: '{' not closed before ']' at 1:23: expected ',' or '}'"),
     "unclosed double quote": (
         'llama_model_path: "/models/m.gguf\nllama_port: 8080\n',
-        '1:19: a "-quoted string that is never closed: expected a closing "'),
+        '1:19: a "-quoted string that is never closed: expected a closing "',
+    ),
     "unclosed single quote": (
         "llama_port: 8080\nimage_cuda_architectures: '89;120\n",
-        "2:27: a '-quoted string that is never closed: expected a closing '"),
+        "2:27: a '-quoted string that is never closed: expected a closing '",
+    ),
     "value holding ': '": (
         "llama_model_path: /models/a: b.gguf\n",
         "1:28: ':' where no mapping can start (a value holding ': ' needs quotes, or the line is "
-        "indented too far): expected one 'key: value' per line, keys lined up"),
+        "indented too far): expected one 'key: value' per line, keys lined up",
+    ),
     "indented too far": (
         "llama_port: 8080\n  llama_parallel: 2\n",
         "2:17: ':' where no mapping can start (a value holding ': ' needs quotes, or the line is "
-        "indented too far): expected one 'key: value' per line, keys lined up"),
+        "indented too far): expected one 'key: value' per line, keys lined up",
+    ),
     "top level is a list": (
         "# settings\n- llama_port: 8080\n",
-        "2:1: the top level is a list: expected a mapping of setting names to values ('name: value' lines)"),
+        "2:1: the top level is a list: expected a mapping of setting names to values ('name: value' lines)",
+    ),
     "top level is a value": (
         "llama_port 8080\n",
         "1:1: the top level is a single value ('llama_port 8080'): expected a mapping of setting names "
-        "to values ('name: value' lines)"),
+        "to values ('name: value' lines)",
+    ),
     "key that is a number": (
         "llama_port: 8080\n50052: rpc_port\n",
-        "2:1: the key 50052 is not a string: expected a setting name (letters, digits and '_')"),
+        "2:1: the key 50052 is not a string: expected a setting name (letters, digits and '_')",
+    ),
     "key that is true": (
         "true: 1\n",
-        "1:1: the key true is not a string: expected a setting name (letters, digits and '_')"),
+        "1:1: the key true is not a string: expected a setting name (letters, digits and '_')",
+    ),
     "two documents": (
         "llama_port: 8080\n---\nrpc_port: 50053\n",
-        "2:1: a second document ('---'): expected one document per file"),
+        "2:1: a second document ('---'): expected one document per file",
+    ),
     "control character": (
         "llama_port: 8080\nimage_name: ab\x07c\n",
         "2:15: the character U+0007, which YAML does not allow: expected printable text (quote it as an escape, "
-        "e.g. \"\\t\")"),
-    "undefined alias": (
-        "llama_port: *port\n",
-        "1:13: found undefined alias 'port': expected valid YAML"),
+        'e.g. "\\t")',
+    ),
+    "undefined alias": ("llama_port: *port\n", "1:13: found undefined alias 'port': expected valid YAML"),
 }
 
 
@@ -189,8 +203,9 @@ def test_shipped_values_are_not_defaults(yml):
     values, _ = load_yaml(yml, f"group_data/{yml.name}")
     for key, value in values.items():
         default = settings.DEFAULTS[key]
-        assert not (value == default and type(value) is type(default)), \
+        assert not (value == default and type(value) is type(default)), (
             f"{yml.name}: {key} = {value!r} only repeats the default (settings.py holds defaults)"
+        )
 
 
 @pytest.mark.parametrize("yml", SHIPPED, ids=lambda p: p.name)

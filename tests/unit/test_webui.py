@@ -1,4 +1,5 @@
 """The chat page build (llama_rpc_deploy/webui.py) without npm: cache key, cache reuse, errors, packing."""
+
 import os
 import shutil
 import stat
@@ -8,16 +9,28 @@ import pytest
 from llama_rpc_deploy import webui
 from llama_rpc_deploy.webui import NPM_MISSING, WebUIError, cache_key, ensure_dist, missing_assets, tar_members
 
-COMPLETE_DIST = ("index.html", "manifest.webmanifest", "sw.js", "build.json", "_app/version.json",
-                 "bundle.abc.js", "bundle.abc.css", "workbox-1234.js")
+COMPLETE_DIST = (
+    "index.html",
+    "manifest.webmanifest",
+    "sw.js",
+    "build.json",
+    "_app/version.json",
+    "bundle.abc.js",
+    "bundle.abc.css",
+    "workbox-1234.js",
+)
 
 
 def make_tree(root):
     """A llama.cpp tree as find_tree knows it, with a small tools/ui."""
-    for rel, text in {"ggml/CMakeLists.txt": "", "tools/rpc/CMakeLists.txt": "",
-                      "tools/ui/package.json": '{"name": "llama-ui"}',
-                      "tools/ui/package-lock.json": '{"lockfileVersion": 3}',
-                      "tools/ui/src/app.html": "<html></html>", "tools/ui/static/robots.txt": "ok"}.items():
+    for rel, text in {
+        "ggml/CMakeLists.txt": "",
+        "tools/rpc/CMakeLists.txt": "",
+        "tools/ui/package.json": '{"name": "llama-ui"}',
+        "tools/ui/package-lock.json": '{"lockfileVersion": 3}',
+        "tools/ui/src/app.html": "<html></html>",
+        "tools/ui/static/robots.txt": "ok",
+    }.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -67,8 +80,13 @@ def test_an_executable_bit_changes_the_key(tmp_path):
 def test_build_outputs_and_node_modules_do_not_change_the_key(tmp_path):
     tree = make_tree(tmp_path / "t")
     before = cache_key(ui(tree))
-    for rel in ("node_modules/vite/index.js", "dist/index.html", ".svelte-kit/x.js", "static/pwa-64x64.png",
-                "static/favicon.ico"):
+    for rel in (
+        "node_modules/vite/index.js",
+        "dist/index.html",
+        ".svelte-kit/x.js",
+        "static/pwa-64x64.png",
+        "static/favicon.ico",
+    ):
         path = ui(tree) / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("output")
@@ -122,7 +140,13 @@ def test_a_pre_built_page_in_the_tree_is_used_as_it_is_and_packed_with_the_tree(
 def test_missing_assets_names_what_ui_assets_cmake_requires(tmp_path):
     assert missing_assets(write_dist(tmp_path / "full")) == []
     assert missing_assets(write_dist(tmp_path / "part", names=("index.html", "bundle.x.js"))) == [
-        "manifest.webmanifest", "sw.js", "build.json", "version.json", "bundle*.css", "workbox*.js"]
+        "manifest.webmanifest",
+        "sw.js",
+        "build.json",
+        "version.json",
+        "bundle*.css",
+        "workbox*.js",
+    ]
     assert "index.html" in missing_assets(tmp_path / "absent")
 
 

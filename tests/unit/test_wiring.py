@@ -5,6 +5,7 @@ pyinfra orders every host's operations in one graph; a host that creates an oper
 a loop, can give two hosts opposite orders of the same operations, and the whole run then stops with "Cycle
 detected in operation ordering DAG" before anything changes (docs: deploy-process, loops-cycle-errors).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,23 +23,40 @@ COORDINATOR, WORKERS = "10.0.0.10", ["10.0.0.11", "10.0.0.12", "10.0.0.13"]
 MODEL = "/models/wiring.gguf"
 
 
-def prepare(tmp_path: Path, monkeypatch, changed: dict[str, set[str]], workers_data: dict | None = None,
-            extra: str = "") -> State:
+def prepare(
+    tmp_path: Path, monkeypatch, changed: dict[str, set[str]], workers_data: dict | None = None, extra: str = ""
+) -> State:
     """deploy.py through pyinfra's prepare stage (tests/wiring.py) for one coordinator and three workers, on each
     host exactly the files in changed[host] differing from what the deploy renders."""
-    header = write_shaped(tmp_path / "model.gguf", arch="llama", n_layer=8, n_embd=512, n_head=8, n_head_kv=4,
-                          head_dim=64, n_ff=1024, n_vocab=1000).read_bytes()
+    header = write_shaped(
+        tmp_path / "model.gguf",
+        arch="llama",
+        n_layer=8,
+        n_embd=512,
+        n_head=8,
+        n_head_kv=4,
+        head_dim=64,
+        n_ff=1024,
+        n_vocab=1000,
+    ).read_bytes()
     workers_data = workers_data or {}
     inventory_file = tmp_path / "inventory.py"
     inventory_file.write_text(
         'LAB = {"image_backend": "cpu", "llama_model_path": "%s", "llama_cpp_source": "%s"}\n'
         'coordinator = [("%s", LAB)]\nworkers = [%s]\n'
-        % (MODEL, tmp_path / "llama.cpp.tar.gz", COORDINATOR,
-           ", ".join(f'("{w}", {workers_data.get(w, {})!r})' for w in WORKERS)) + extra)
+        % (
+            MODEL,
+            tmp_path / "llama.cpp.tar.gz",
+            COORDINATOR,
+            ", ".join(f'("{w}", {workers_data.get(w, {})!r})' for w in WORKERS),
+        )
+        + extra
+    )
     (tmp_path / "llama.cpp.tar.gz").write_bytes(b"not really a tarball")
     monkeypatch.chdir(PROJECT)
-    return wiring.prepare(inventory_file, wiring.fake_facts(changed, header, 4_000_000),
-                          wiring.fake_transfer_key(tmp_path))
+    return wiring.prepare(
+        inventory_file, wiring.fake_facts(changed, header, 4_000_000), wiring.fake_transfer_key(tmp_path)
+    )
 
 
 # Paths as the deploy installs them (group_data's deploy_dir is /opt/llama-rpc)
@@ -99,8 +117,13 @@ def test_an_extra_group_of_workers_only_refuses_a_setting_only_the_coordinator_r
     (tmp_path / "group_data" / "small.py").write_text((PROJECT / "group_data" / "all.py").read_text())
     (tmp_path / "group_data" / "small.yml").write_text("llama_ctx_size: 8192\n")
     inventory = tmp_path / "inventory.py"
-    inventory.write_text(f'coordinator = [("{COORDINATOR}", {{"llama_model_path": "{MODEL}"}})]\n'
-                         f'workers = [("{WORKERS[0]}", {{}}), ("{WORKERS[1]}", {{}})]\nsmall = ["{WORKERS[1]}"]\n')
-    with pytest.raises(SettingsError, match=r"group_data/small.yml:1:\d+: llama_ctx_size = 8192 has no effect there: "
-                                            r"only the coordinator reads it, and this applies to the workers only"):
+    inventory.write_text(
+        f'coordinator = [("{COORDINATOR}", {{"llama_model_path": "{MODEL}"}})]\n'
+        f'workers = [("{WORKERS[0]}", {{}}), ("{WORKERS[1]}", {{}})]\nsmall = ["{WORKERS[1]}"]\n'
+    )
+    with pytest.raises(
+        SettingsError,
+        match=r"group_data/small.yml:1:\d+: llama_ctx_size = 8192 has no effect there: "
+        r"only the coordinator reads it, and this applies to the workers only",
+    ):
         offline_cluster(inventory)

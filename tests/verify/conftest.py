@@ -7,6 +7,7 @@ Hosts and settings come from the inventory and group_data, read the same way
 the deploy reads them; testinfra reaches the hosts over SSH with the
 inventory's user, port, key and known_hosts.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,11 @@ from llama_rpc_deploy.facts import GgufHeader
 
 
 def pytest_addoption(parser):
-    parser.addoption("--inventory", default=os.environ.get("LLAMA_RPC_INVENTORY", "inventory.py"),
-                     help="inventory file of the deployed hosts (default: inventory.py)")
+    parser.addoption(
+        "--inventory",
+        default=os.environ.get("LLAMA_RPC_INVENTORY", "inventory.py"),
+        help="inventory file of the deployed hosts (default: inventory.py)",
+    )
 
 
 def _inventory_path(config) -> Path:
@@ -43,8 +47,9 @@ def model(offline, connect):
     """The model's GGUF header, read on the coordinator the way the deploy reads it."""
     coordinator = connect(offline.cluster.coordinator.name)
     fact, path = GgufHeader(), offline.cluster.settings["llama_model_path"]
-    return read_remote_model(lambda file, limit: fact.process(coordinator.check_output(fact.command(file, limit)).splitlines()),
-                             path)
+    return read_remote_model(
+        lambda file, limit: fact.process(coordinator.check_output(fact.command(file, limit)).splitlines()), path
+    )
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
 """What a deployed inventory must look like. Run against the lab or your own hosts (see conftest.py)."""
+
 from __future__ import annotations
 
 import json
@@ -25,6 +26,7 @@ def _running_image_id(host, container):
 
 # --- services ---
 
+
 def test_llama_server_service_active_and_enabled(coordinator):
     service = coordinator.service(roles.COORDINATOR_UNIT.removesuffix(".service"))
     assert service.is_running and service.is_enabled
@@ -36,6 +38,7 @@ def test_rpc_server_service_active_and_enabled(worker):
 
 
 # --- ports ---
+
 
 def test_the_front_listens_on_the_api_address(coordinator, deployment):
     """Clients reach HAProxy (the front) at llama_host:llama_port, not llama-server."""
@@ -57,8 +60,12 @@ def test_llama_server_listens_on_loopback_only(coordinator, deployment):
 def test_llama_server_cannot_be_reached_from_a_worker(worker, deployment):
     """From another host, llama-server's port does not answer (the front's does)."""
     s, address = deployment.cluster.settings, deployment.cluster.coordinator.address
+
     def reach(port):
-        return worker.check_output(f"timeout 3 bash -c '>/dev/tcp/{address}/{int(port)}' 2>/dev/null && echo open || echo closed")
+        return worker.check_output(
+            f"timeout 3 bash -c '>/dev/tcp/{address}/{int(port)}' 2>/dev/null && echo open || echo closed"
+        )
+
     assert reach(s["llama_server_port"]) == "closed"
     if not s["llama_host"]:  # the front listens on the coordinator's address
         assert reach(s["llama_port"]) == "open"
@@ -73,8 +80,11 @@ def test_the_front_runs_a_valid_configuration(coordinator, deployment):
     check = coordinator.run("haproxy -c -f %s", config)
     assert check.rc == 0, check.stdout + check.stderr
     stat = coordinator.check_output(f"echo 'show stat' | socat -t 5 stdio unix-connect:{roles.FRONT_SOCKET}")
-    row = next(line.split(",") for line in stat.splitlines()
-               if line.startswith(f"{render.FRONT_BACKEND},{render.FRONT_SERVER},"))
+    row = next(
+        line.split(",")
+        for line in stat.splitlines()
+        if line.startswith(f"{render.FRONT_BACKEND},{render.FRONT_SERVER},")
+    )
     header = stat.splitlines()[0].removeprefix("# ").split(",")
     assert row[header.index("status")] == "UP", stat
     held = coordinator.check_output(f"echo 'show front' | socat -t 5 stdio unix-connect:{roles.FRONT_SOCKET}")
@@ -98,6 +108,7 @@ def test_coordinator_reaches_every_worker(coordinator, worker_plan):
 
 # --- one image per backend, the same on every host of that backend ---
 
+
 def test_same_image_id_on_every_host(coordinator, worker, worker_plan, deployment):
     """The worker runs its backend's image, byte for byte the one the coordinator built (and the coordinator
     its own backend's)."""
@@ -111,10 +122,13 @@ def test_same_image_id_on_every_host(coordinator, worker, worker_plan, deploymen
 def test_each_host_runs_its_backend(coordinator, worker, worker_plan, deployment):
     """The image's build says which backend it is (/app/backend, from the Dockerfile's GGML_BACKEND)."""
     assert worker.check_output("docker exec rpc-server cat /app/backend") == worker_plan.backend
-    assert coordinator.check_output("docker exec llama-server cat /app/backend") == deployment.cluster.coordinator.backend
+    assert (
+        coordinator.check_output("docker exec llama-server cat /app/backend") == deployment.cluster.coordinator.backend
+    )
 
 
 # --- launch scripts are the settings, rendered ---
+
 
 def test_coordinator_files_match_the_settings(coordinator, deployment):
     for path, content in render.coordinator_files(deployment.cluster, deployment.image).items():
@@ -122,11 +136,14 @@ def test_coordinator_files_match_the_settings(coordinator, deployment):
 
 
 def test_worker_files_match_the_settings(worker, worker_plan, deployment):
-    for path, content in render.worker_files(deployment.cluster, worker_plan, deployment.image_of(worker_plan.name)).items():
+    for path, content in render.worker_files(
+        deployment.cluster, worker_plan, deployment.image_of(worker_plan.name)
+    ).items():
         assert worker.file(path).content_string == content, path
 
 
 # --- it serves, and the workers really hold part of the model ---
+
 
 def test_health_ok(deployment):
     with urllib.request.urlopen(_url(deployment, "/health"), timeout=10) as response:
@@ -160,9 +177,10 @@ def test_planner_matches_llama_cpp_load_report(coordinator, deployment, model):
     """The capacity planner's weights and KV cache per device, within 3% of what llama-server reported
     allocating when it loaded the model (llama_rpc_deploy/load_report.py reads the report)."""
     plan = plan_cluster(deployment.cluster, model)
-    report = load_report.parse(coordinator.check_output("journalctl -u %s --no-pager -o cat -n 5000",
-                                                        roles.COORDINATOR_UNIT))
-    mib = 1024 ** 2
+    report = load_report.parse(
+        coordinator.check_output("journalctl -u %s --no-pager -o cat -n 5000", roles.COORDINATOR_UNIT)
+    )
+    mib = 1024**2
     for worker in deployment.cluster.workers:
         mine = [p for p in plan.placements if p.device.host == worker.name]
         for kind in ("model", "KV"):

@@ -1,5 +1,6 @@
 """The locked-down setup (threats and the checks that cover them are listed in docs/security.md):
 the RPC port only from the coordinator, the API behind its key, no secret in sight, containers unprivileged."""
+
 from __future__ import annotations
 
 import json
@@ -26,11 +27,17 @@ def test_rpc_port_admits_only_the_allowed_clients(worker, worker_plan, deploymen
     jumps = [r for r in rules if f"-j {chain}" in r]
     expected = [f"-A INPUT ! -i lo -p tcp -m tcp --dport {port} -j {chain}" for port in worker_plan.firewalled_ports]
     assert sorted(jumps) == sorted(expected), rules  # once each, however often deployed
-    assert sorted(rules[:len(jumps)]) == sorted(jumps), "another INPUT rule comes before the RPC ports'"
-    accept = [f"-A {chain} -s {s if '/' in s else s + '/32'} -j ACCEPT"
-              for s in allowed_clients(deployment.cluster, worker_plan) if ":" not in s]
+    assert sorted(rules[: len(jumps)]) == sorted(jumps), "another INPUT rule comes before the RPC ports'"
+    accept = [
+        f"-A {chain} -s {s if '/' in s else s + '/32'} -j ACCEPT"
+        for s in allowed_clients(deployment.cluster, worker_plan)
+        if ":" not in s
+    ]
     assert worker.check_output(f"iptables -S {chain}").splitlines() == [
-        f"-N {chain}", *accept, f"-A {chain} -p tcp -j REJECT --reject-with tcp-reset"]
+        f"-N {chain}",
+        *accept,
+        f"-A {chain} -p tcp -j REJECT --reject-with tcp-reset",
+    ]
     if worker.exists("ip6tables"):
         assert set(expected) <= set(worker.check_output("ip6tables -S INPUT").splitlines())
 
@@ -53,7 +60,9 @@ def test_rpc_server_is_reached_only_through_the_tunnel(worker, worker_plan):
     """rpc-server listens on loopback alone; on the network, only stunnel, at the tunnel's port."""
     _tunnelled(worker_plan)
     listening = worker.check_output(f"ss -Hltnp 'sport = :{worker_plan.settings['rpc_port']}'").splitlines()
-    assert listening and all(line.split()[3] == f"127.0.0.1:{worker_plan.settings['rpc_port']}" for line in listening), listening
+    assert listening and all(
+        line.split()[3] == f"127.0.0.1:{worker_plan.settings['rpc_port']}" for line in listening
+    ), listening
     tls = worker.check_output(f"ss -Hltnp 'sport = :{worker_plan.settings['rpc_tunnel_port']}'").splitlines()
     assert [line.split()[3] for line in tls] == [worker_plan.rpc_remote] and '"stunnel4"' in tls[0], tls
 
@@ -78,7 +87,9 @@ def test_containers_run_unprivileged(role, coordinator, worker):
     config = json.loads(host.check_output(f"docker inspect {container}"))[0]
     hc = config["HostConfig"]
     assert hc["Privileged"] is False
-    assert hc["NetworkMode"] == "host" and not hc.get("PortBindings")  # no Docker port publishing to bypass the firewall
+    assert hc["NetworkMode"] == "host" and not hc.get(
+        "PortBindings"
+    )  # no Docker port publishing to bypass the firewall
     assert "ALL" in (hc.get("CapDrop") or []) and not hc.get("CapAdd")
     assert "no-new-privileges" in (hc.get("SecurityOpt") or [])
     assert hc["ReadonlyRootfs"] is True
@@ -92,6 +103,7 @@ def test_containers_run_unprivileged(role, coordinator, worker):
 
 # --- the API key (when llama_api_key_file is set) ---
 
+
 @pytest.fixture(scope="module")
 def key(deployment):
     if not deployment.cluster.settings["llama_api_key_file"]:
@@ -100,9 +112,11 @@ def key(deployment):
 
 
 def _status(deployment, path, token=None, body=None):
-    request = urllib.request.Request(client.server_url(deployment.cluster) + path,
-                                     data=json.dumps(body).encode() if body else None,
-                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+    request = urllib.request.Request(
+        client.server_url(deployment.cluster) + path,
+        data=json.dumps(body).encode() if body else None,
+        headers={"Authorization": f"Bearer {token}"} if token else {},
+    )
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             return response.status
