@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # README's second command: set up this machine and run every test: the formatter and the linter, unit tests
-# (no hosts), the front's
-# tests (the real HAProxy before a fake llama-server, on this machine), then the end-to-end lab tests
-# (lab up with two workers: deploy, testinfra verification, idempotent re-run, bad configurations,
+# (no hosts), the front's tests (the real HAProxy before a fake llama-server, on this machine), then the lab's
+# end-to-end tests (lab up with two workers: deploy, testinfra verification, idempotent re-run, bad configurations,
 # lockdown from an outsider host, faults and rollback, load, bench). Arguments go to pytest, both runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
