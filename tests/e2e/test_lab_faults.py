@@ -1,7 +1,7 @@
 """Faults on the lab, each with a bounded time to serve again (issue 7).
 
 Every test starts from a serving cluster and leaves one behind. Recovery times are printed
-(pytest -s shows them) and bounded by the assertions; docs/faults.md has the measured figures.
+(pytest -s shows them) and bounded by the assertions; docs/results/faults.md has the measured figures.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ replays the non-streamed ones a crash cut, ends the streamed ones with an error,
 before a deploy restarts it.
 
 The figures for every fault (a worker's reboot, network cuts, an upgrade, the wake from sleep, the
-front's cost) come from benchmarks/no_request_lost.py, in docs/no-request-lost.md; these tests check
+front's cost) come from benchmarks/no_request_lost.py, in docs/results/no-request-lost.md; these tests check
 the behaviour, each from a serving lab, and leave one behind.
 """
 

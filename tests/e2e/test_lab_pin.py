@@ -5,7 +5,7 @@ container started afterwards too, and `lab unpin` gives every core back.
 Before lab/host.Dockerfile gave the hosts' dockerd a cgroup-parent, those containers' cgroups sat beside the
 lab hosts at the top of this machine's tree (cgroup v1, --cgroupns=host) and kept every core while the hosts'
 own processes were pinned: benchmarks/tool_overhead.py compared pinned bare processes with floating containers
-(issue 25; docs/tool-overhead.md).
+(issue 25; docs/results/tool-overhead.md).
 """
 
 import os

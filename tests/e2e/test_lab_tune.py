@@ -1,7 +1,7 @@
 """`llama-rpc tune` on the lab (issue 24): a candidate split reaches llama.cpp as asked (its own load report is
 the oracle), clients lose no request while tune restarts llama-server, and the deployed split is back afterwards,
 also after Ctrl-C. The search's figures (a sweep against tune, asymmetric and symmetric lab) come from
-benchmarks/tune_lab.py, in docs/tune.md.
+benchmarks/tune_lab.py, in docs/results/tune.md.
 """
 
 from __future__ import annotations
