@@ -6,6 +6,7 @@ does too), `-n N` any run in N workers."""
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -38,6 +39,14 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     config.option.numprocesses = "auto"
     if config.option.dist == "no":
         config.option.dist = "loadgroup"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the imports and the collection made (about 110,000 objects: modules, functions, the tests) lives until the
+    end of the run, yet every full garbage collection walked it again, and pytest collects 5 times at the end of a run:
+    0.75 s of gc in a run of the suite. gc.freeze() leaves it out of every collection (0.35 s); what the tests make
+    is collected as before."""
+    gc.freeze()
 
 
 @pytest.hookimpl(optionalhook=True)
