@@ -4,6 +4,7 @@ import pytest
 
 from llama_rpc_deploy.bench import plot, table
 
+pytestmark = pytest.mark.xdist_group("matplotlib")  # one worker loads matplotlib and its fonts (half a second)
 RESULT = {
     "prompt_tokens": 1081,
     "prompt_tokens_per_s": 900.5,

@@ -21,6 +21,7 @@ from .shaped import write_shaped
 
 COORDINATOR, WORKERS = "10.0.0.10", ["10.0.0.11", "10.0.0.12", "10.0.0.13"]
 MODEL = "/models/wiring.gguf"
+pytestmark = pytest.mark.xdist_group("wiring")  # one worker imports the deploy's phases and operations, once
 
 
 def prepare(
