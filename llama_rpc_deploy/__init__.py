@@ -3,7 +3,8 @@
 A setting's way, from what a user edits to what runs on a host:
 userdata       - group_data/*.yml, read for pyinfra by group_data/*.py (file:line:column errors)
 settings       - every setting: its default (the only place), its check, who reads it; scopes() is the one
-                 place where precedence (--data, host, group, all) is written; refuse() stops a run in one line
+                 place where precedence (--data, host, group, all) is written
+refusal        - refuse(): a run stops with our own line alone (config.py's preflight, deploy.py's checks)
 gpus           - the cards a host's `gpus` may name: vendor, memory, bandwidth, CUDA architecture
 cluster        - the hosts as the deploy sees them (ClusterHost): roles, devices in order, RPC endpoints, derived values
 cluster_checks - the checks that span settings or hosts, each a named function; checked_cluster() runs them

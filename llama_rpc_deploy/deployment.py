@@ -15,7 +15,8 @@ from . import image, remote, tunnel
 from .cluster import Cluster
 from .loading import cluster_of, data_overrides, inventory_file, offline_cluster
 from .paths import STATE
-from .settings import SettingsError, refuse
+from .refusal import refuse
+from .settings import SettingsError
 from .source import Source, resolve_source
 from .trees import find_tree
 
@@ -101,7 +102,7 @@ def preflight(argv: list[str] = sys.argv) -> None:
     """Run from config.py, which pyinfra reads before it connects to any host: check every setting.
 
     A bad one stops the run (exit status 1) with one line naming the file, the key, the value and what was
-    expected (settings.refuse). deploy.py checks again with pyinfra's own view of the data.
+    expected (refusal.refuse). deploy.py checks again with pyinfra's own view of the data.
     """
     inventory = Path(inventory_file(argv))
     if not inventory.is_file():

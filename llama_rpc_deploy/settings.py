@@ -15,10 +15,9 @@ import difflib
 import ipaddress
 import math
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable
 
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 QUANTIZED_CACHE_TYPES = frozenset(CACHE_TYPES) - {"f32", "f16", "bf16"}
@@ -35,13 +34,6 @@ EVERY_HOST = "every host"
 
 class SettingsError(ValueError):
     """A bad setting: the message names the file, the key, the value and what was expected."""
-
-
-def refuse(message: str) -> NoReturn:
-    """Stop a pyinfra run (config.py's preflight, deploy.py's checks) with our own line alone, and exit status 1.
-    (A DeployError gets "pyinfra error in FILE line N:" before it, FILE an internal path of ours.)"""
-    print(message, file=sys.stderr, flush=True)
-    raise SystemExit(1)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Every bad configuration of tests/bad_configs.py is refused with a message naming file, key and expectation.
 
-The same table runs against the lab in tests/e2e/test_bad_configs.py, through pyinfra, where it
+The same table runs against the lab in tests/e2e/test_lab_bad_configs.py, through pyinfra, where it
 also checks that no host was touched.
 """
 
@@ -67,10 +67,12 @@ def test_an_exception_in_a_group_data_file_is_one_line_with_its_line(base, tmp_p
 )
 def test_data_on_the_command_line_is_checked_before_connecting_in_either_form(base, argv, capsys):
     from llama_rpc_deploy.deployment import preflight
+    from llama_rpc_deploy.refusal import Refusal
 
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(Refusal) as stop:
         preflight(["pyinfra", "-y", *argv, str(base), "deploy.py"])
-    assert stop.value.code == 1  # our own line alone: no pyinfra prefix with an internal path, no traceback
+    assert stop.value.exit_code == 1
+    stop.value.show()  # as pyinfra's CLI shows it: our own line alone, no pyinfra prefix with an internal path
     assert (
         capsys.readouterr().err == "--data on the command line: llama_port = 0: expected an integer from 1 to 65535\n"
     )
@@ -78,8 +80,10 @@ def test_data_on_the_command_line_is_checked_before_connecting_in_either_form(ba
 
 def test_data_without_a_value_is_refused(base, capsys):
     from llama_rpc_deploy.deployment import preflight
+    from llama_rpc_deploy.refusal import Refusal
 
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(Refusal) as stop:
         preflight(["pyinfra", "--data=llama_port", str(base), "deploy.py"])
-    assert stop.value.code == 1
+    assert stop.value.exit_code == 1
+    stop.value.show()
     assert capsys.readouterr().err == "--data 'llama_port' on the command line: expected KEY=VALUE\n"
