@@ -22,7 +22,8 @@ from llama_rpc_deploy.phases import build, checks, rollback, services
 from llama_rpc_deploy.phases.shared import barrier
 from llama_rpc_deploy.run import Run
 from llama_rpc_deploy import settings
-from llama_rpc_deploy.settings import ROLES, SettingsError, refuse
+from llama_rpc_deploy.refusal import refuse
+from llama_rpc_deploy.settings import ROLES, SettingsError
 
 try:
     run = Run.of(state, inventory)  # every setting checked (as config.py did before connecting)
@@ -41,7 +42,7 @@ def on(roles, step):
 
 if role is not None:
     on(EVERY, checks.host_is_ready)
-    checks.settle(run)  # the Cluster every step below reads: the coordinator's model files planned, once per run
+    on(COORDINATOR, checks.settle)  # the Cluster from the coordinator's model files, once; workers read none of it
     on(EVERY, build.service_user)
     on(WORKERS, build.prepare_worker)
     on(COORDINATOR, build.build_image)

@@ -33,7 +33,6 @@ from pyinfra.context import ctx_host, ctx_inventory, ctx_state  # noqa: E402
 
 from lab import lab  # noqa: E402
 from tests import wiring  # noqa: E402
-from tests.unit.shaped import write_shaped  # noqa: E402
 
 
 def lab_inventory(tmp: Path) -> tuple[str, dict]:
@@ -101,17 +100,7 @@ def snapshot_of(name: str) -> dict:
         text, changed = INVENTORIES[name](tmp)
         inventory = tmp / "inventory.py"
         inventory.write_text(text)
-        header = write_shaped(
-            tmp / "model.gguf",
-            arch="llama",
-            n_layer=8,
-            n_embd=512,
-            n_head=8,
-            n_head_kv=4,
-            head_dim=64,
-            n_ff=1024,
-            n_vocab=1000,
-        ).read_bytes()
+        header = wiring.model_header(tmp / "model.gguf")
         fixed = time.struct_time((2026, 1, 1, 0, 0, 0, 3, 1, 0))
         get_fact = wiring.fake_facts(changed, header, 4_000_000, ("runc", "nvidia"))
         with mock.patch.object(time, "gmtime", lambda *a: fixed), mock.patch.object(Host, "get_fact", get_fact):

@@ -137,6 +137,15 @@ def prepare(inventory_file: Path, get_fact, transfer_key: Path) -> State:
     return state
 
 
+def model_header(path: Path) -> bytes:
+    """The model of these runs, written to path: a small llama (8 layers), its header what the facts read."""
+    from tests.unit.shaped import write_shaped
+
+    return write_shaped(
+        path, arch="llama", n_layer=8, n_embd=512, n_head=8, n_head_kv=4, head_dim=64, n_ff=1024, n_vocab=1000
+    ).read_bytes()
+
+
 def fake_transfer_key(folder: Path) -> Path:
     key = folder / "state" / "transfer_ed25519"
     key.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Before any change: stop when a host lacks what the deploy needs; then settle the Cluster every later phase reads
 (the models of llama_models_folder, the planner's split) from the coordinator's model files, and stop when a model
-does not fit. Each refusal is one line (settings.refuse), read from facts only: nothing has changed yet."""
+does not fit. Each refusal is one line (refusal.refuse), read from facts only: nothing has changed yet."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pyinfra.facts.files import Directory, File
 
 from .. import facts, gguf_header, plan
 from ..cluster import SERVICE_USER, wide_clients
-from ..settings import COORDINATOR, WORKERS, SettingsError, refuse
+from ..refusal import refuse
+from ..settings import COORDINATOR, WORKERS, SettingsError
 from ..run import Run
 
 
@@ -107,14 +108,14 @@ def tunnel_is_possible(origin: str) -> None:
 
 
 def settle(run: Run) -> None:
-    """The Cluster that every later phase reads, settled once per run (the first host here does it, after its
-    own checks) from the coordinator's files: llama_models_folder's models join llama_models, every model and
-    projector file is readable by the service user, and the planner, on each model's header (with its own
-    settings), refuses what won't fit, warns on what measured slow, and resolves llama_tensor_split = 'auto'."""
-    if run.settled:
-        return
+    """The Cluster that every later phase of the coordinator reads, settled once per run, on the coordinator after
+    its own checks, from its files: llama_models_folder's models join llama_models, every model and projector file
+    is readable by the service user, and the planner, on each model's header (with its own settings), refuses what
+    won't fit, warns on what measured slow, and resolves llama_tensor_split = 'auto'. The coordinator's step alone:
+    pyinfra loads deploy.py for every host at once (a greenlet each, which yields on every fact read), and what is
+    settled here (the models, the split) is in the coordinator's files only, none of a worker's."""
     cluster = run.deployment.cluster
-    at = inventory.get_host(cluster.coordinator.name)
+    at = host  # the coordinator
     if cluster.settings["llama_models_folder"]:
         folder = str(PurePosixPath(cluster.settings["llama_model_path"]).parent)
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gevent
 import pytest
 from pyinfra.api import State
 
@@ -17,7 +18,6 @@ from llama_rpc_deploy import roles
 from llama_rpc_deploy.paths import PROJECT
 
 from .. import wiring
-from .shaped import write_shaped
 
 COORDINATOR, WORKERS = "10.0.0.10", ["10.0.0.11", "10.0.0.12", "10.0.0.13"]
 MODEL = "/models/wiring.gguf"
@@ -25,21 +25,16 @@ pytestmark = pytest.mark.xdist_group("wiring")  # one worker imports the deploy'
 
 
 def prepare(
-    tmp_path: Path, monkeypatch, changed: dict[str, set[str]], workers_data: dict | None = None, extra: str = ""
+    tmp_path: Path,
+    monkeypatch,
+    changed: dict[str, set[str]],
+    workers_data: dict | None = None,
+    extra: str = "",
+    facts=lambda get_fact: get_fact,
 ) -> State:
     """deploy.py through pyinfra's prepare stage (tests/wiring.py) for one coordinator and three workers, on each
-    host exactly the files in changed[host] differing from what the deploy renders."""
-    header = write_shaped(
-        tmp_path / "model.gguf",
-        arch="llama",
-        n_layer=8,
-        n_embd=512,
-        n_head=8,
-        n_head_kv=4,
-        head_dim=64,
-        n_ff=1024,
-        n_vocab=1000,
-    ).read_bytes()
+    host exactly the files in changed[host] differing from what the deploy renders (facts: around those facts)."""
+    header = wiring.model_header(tmp_path / "model.gguf")
     workers_data = workers_data or {}
     inventory_file = tmp_path / "inventory.py"
     inventory_file.write_text(
@@ -56,8 +51,22 @@ def prepare(
     (tmp_path / "llama.cpp.tar.gz").write_bytes(b"not really a tarball")
     monkeypatch.chdir(PROJECT)
     return wiring.prepare(
-        inventory_file, wiring.fake_facts(changed, header, 4_000_000), wiring.fake_transfer_key(tmp_path)
+        inventory_file, facts(wiring.fake_facts(changed, header, 4_000_000)), wiring.fake_transfer_key(tmp_path)
     )
+
+
+def over_ssh(get_fact, refused: tuple[str, str] | None = None):
+    """The facts as a real run reads them: each read a round trip, so pyinfra's greenlet for that host yields and
+    another host's deploy.py goes on (pyinfra loads every host's at once). refused = (host, command): that host
+    lacks that command."""
+
+    def read(host, fact, *args, **kwargs):
+        gevent.sleep(0.001)
+        if refused and host.name == refused[0] and fact.__name__ == "MissingCommands":
+            return [refused[1]]
+        return get_fact(host, fact, *args, **kwargs)
+
+    return read
 
 
 # Paths as the deploy installs them (group_data's deploy_dir is /opt/llama-rpc)
@@ -88,9 +97,37 @@ def test_workers_with_different_changes_order_and_fill_the_run_records(tmp_path,
     assert not any(run.worker_services[w].ensure.will_change for w in WORKERS)  # running and enabled already
 
 
+def test_every_host_loads_at_once_and_the_coordinator_alone_settles_the_cluster(tmp_path, monkeypatch):
+    """Hosts whose fact reads yield, as over SSH: the coordinator settles the Cluster once (the planner's split
+    for llama_tensor_split = 'auto', in its launch script), whichever host's deploy.py runs first."""
+    auto = (
+        'coordinator[0][1]["llama_tensor_split"] = "auto"\n'
+        'for _, data in workers:\n    data.update(image_backend="vulkan", gpus=["RX 7900 XTX"])\n'
+    )
+    state = prepare(tmp_path, monkeypatch, {}, extra=auto, facts=over_ssh)
+    run = state.llama_rpc_run
+    assert run.settled and sorted(run.worker_services) == sorted(WORKERS)
+    split = run.deployment.cluster.settings["llama_tensor_split"]
+    assert isinstance(split, list) and len(split) == len(WORKERS)  # a share per device (the CPU coordinator has none)
+    assert len({tuple(state.inventory.get_host(w).op_hash_order) for w in WORKERS}) == 1
+
+
+@pytest.mark.parametrize("who", [COORDINATOR, WORKERS[1]], ids=["the coordinator", "a worker"])
+def test_a_host_that_lacks_a_command_is_refused_once_with_our_line(tmp_path, monkeypatch, who):
+    """A refusal in one host's load, while the others load too: one Refusal (our line, shown alone by pyinfra's
+    CLI, exit 1, llama_rpc_deploy/refusal.py), no traceback from gevent's hub."""
+    from llama_rpc_deploy.refusal import Refusal
+
+    with pytest.raises(Refusal) as refusal:
+        prepare(tmp_path, monkeypatch, {}, facts=lambda get_fact: over_ssh(get_fact, refused=(who, "zstd")))
+    assert refusal.value.format_message() == (
+        f"{who}: zstd not found: install them first (Docker Engine, zstd, iptables)"
+    )
+
+
 def test_an_extra_group_reads_the_same_in_the_deploy_and_the_commands(tmp_path, monkeypatch):
     """A host in a group of its own (`big`, with group_data/big.yml beside the inventory): the deploy, and
-    `plan`, `status`, the preflight and testinfra (deployment.offline_cluster) see the same settings."""
+    `plan`, `status`, the preflight and testinfra (loading.offline_cluster) see the same settings."""
     from llama_rpc_deploy.loading import offline_cluster
 
     group_data = tmp_path / "group_data"
