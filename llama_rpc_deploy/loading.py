@@ -1,7 +1,7 @@
 """The inventory as pyinfra loads it, and the checked Cluster from it.
 
 One way for the deploy and for every command: pyinfra's own loader (`make_inventory`, as `pyinfra INVENTORY
-deploy.py` makes it in the current folder), then each host's settings in pyinfra's layers (settings.layers)
+deploy.py` makes it in the current folder), then each host's settings in pyinfra's scopes (settings.scopes)
 and the checks of cluster_checks. `cluster_of` takes an Inventory pyinfra loaded (the deploy's run);
 `offline_cluster` loads one from the files alone (config.py's preflight before pyinfra connects, the commands,
 the verification suite). A bad setting is one SettingsError naming its file, key, value and what was expected.

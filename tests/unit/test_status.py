@@ -145,7 +145,7 @@ def _run(script: str, state: str = "active") -> str:
 def test_status_asks_about_every_unit_the_deploy_installs(role, firewall, transport, expected):
     c = cluster(workers=[{"rpc_firewall": firewall, "rpc_transport": transport}])
     host = c.coordinator if role == "coordinator" else c.workers[0]
-    # what the deploy installs for this cluster: the tunnel's unit where tunnel_files renders one
+    # the units status asks this host about, from the script it sends (expected: what the deploy installs)
     script = status.host_script(c, host)
     asked = _asked_units(script)
     skipped, added = sorted(set(expected) - set(asked)), sorted(set(asked) - set(expected))
