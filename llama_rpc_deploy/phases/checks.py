@@ -115,22 +115,21 @@ def settle(run: Run) -> None:
     pyinfra loads deploy.py for every host at once (a greenlet each, which yields on every fact read), and what is
     settled here (the models, the split) is in the coordinator's files only, none of a worker's."""
     cluster = run.deployment.cluster
-    at = host  # the coordinator
     if cluster.settings["llama_models_folder"]:
         folder = str(PurePosixPath(cluster.settings["llama_model_path"]).parent)
         try:
-            cluster = cluster.with_folder(at.get_fact(facts.GgufFiles, folder=folder))
+            cluster = cluster.with_folder(host.get_fact(facts.GgufFiles, folder=folder))
         except SettingsError as error:
             refuse(str(error))
     for name in cluster.model_names():
         view = cluster.for_model(name)
         for key in ("llama_model_path", "llama_mmproj_path"):
             if view.settings[key]:
-                file_is_readable(at, view.coordinator, key)
+                file_is_readable(view.coordinator, key)
     splits = {}
     for name in cluster.model_names():  # one model: no name in the log lines and errors, as before llama_models
         view = cluster.for_model(name)
-        capacity = model_fits(at, view, name if cluster.router else None)
+        capacity = model_fits(view, name if cluster.router else None)
         if view.settings["llama_tensor_split"] == "auto":
             splits[name if cluster.router else None] = capacity.split
     for name, split in splits.items():
@@ -138,23 +137,23 @@ def settle(run: Run) -> None:
     run.settle(replace(run.deployment, cluster=cluster))
 
 
-def file_is_readable(at, me, key: str) -> None:
-    """A model or projector file is on the coordinator (at), readable by the service user."""
+def file_is_readable(me, key: str) -> None:
+    """A model or projector file is on the coordinator (this host), readable by the service user."""
     model, where = me.settings[key], me.origins[key]
-    found = at.get_fact(File, path=model)
+    found = host.get_fact(File, path=model)
     if not found:
-        refuse(f"{where}: {key} = {model!r}: no such file on the coordinator {at.name}")
-    folder = at.get_fact(Directory, path=str(PurePosixPath(model).parent))
+        refuse(f"{where}: {key} = {model!r}: no such file on the coordinator {host.name}")
+    folder = host.get_fact(Directory, path=str(PurePosixPath(model).parent))
     if not (int(str(found["mode"]), 8) & 0o004 and folder and int(str(folder["mode"]), 8) & 0o005 == 0o005):
         refuse(
             f"{where}: {key} = {model!r}: llama-server runs as the unprivileged user "
-            f"{SERVICE_USER}, which cannot read it on {at.name}: expected the file readable by "
+            f"{SERVICE_USER}, which cannot read it on {host.name}: expected the file readable by "
             "others and its folder listable (chmod o+r FILE; chmod o+rx FOLDER)"
         )
 
 
-def model_fits(at, cluster, name: str | None) -> plan.CapacityPlan:
-    """The planner on one model's header, read on the coordinator (at), with that model's settings: its table in
+def model_fits(cluster, name: str | None) -> plan.CapacityPlan:
+    """The planner on one model's header, read on the coordinator (this host), with that model's settings: its table in
     the log, and a refusal of what won't fit."""
     models = {}
     for key, read in (("llama_model_path", gguf_header.read_model), ("llama_mmproj_path", gguf_header.projector_bytes)):
@@ -163,7 +162,7 @@ def model_fits(at, cluster, name: str | None) -> plan.CapacityPlan:
             continue
         try:
             models[key] = gguf_header.read_remote_model(
-                lambda file, limit: at.get_fact(facts.GgufHeader, path=file, limit=limit), path, read
+                lambda file, limit: host.get_fact(facts.GgufHeader, path=file, limit=limit), path, read
             )
         except Exception as error:  # not a GGUF file, a shard missing
             refuse(f"{cluster.coordinator.origins[key]}: {key} = {path!r}: {error}")
