@@ -46,10 +46,6 @@ FRONT_PACKAGES = ("haproxy", "socat")  # the front, and the client of its admin 
 TUNNEL_PACKAGES = ("stunnel4",)
 
 
-def unit_file(unit: str) -> str:
-    return f"{UNIT_DIR}/{unit}"
-
-
 @dataclass(frozen=True)
 class Role:
     """What one host of a role runs."""
@@ -60,7 +56,6 @@ class Role:
     watchdog: str  # the server's watchdog
     container: str  # the server's container
     units: tuple[str, ...]  # every unit of ours on the host: the server's, the watchdog's, then the others
-    packages: tuple[str, ...]  # Debian packages the deploy installs there
 
     def path(self, name: str) -> str:
         """A file of deploy_dir on the host."""
@@ -80,7 +75,6 @@ def coordinator(cluster) -> Role:
         WATCHDOG_UNIT,
         "llama-server",
         units=(COORDINATOR_UNIT, WATCHDOG_UNIT, FRONT_UNIT) + ((TUNNEL_UNIT,) if tunnels else ()),
-        packages=FRONT_PACKAGES + (TUNNEL_PACKAGES if tunnels else ()),
     )
 
 
@@ -97,7 +91,6 @@ def worker(cluster, host) -> Role:
         + ((FIREWALL_UNIT,) if s["rpc_firewall"] else ())
         + (CACHE_PRUNE_TIMER,)
         + ((TUNNEL_UNIT,) if tunnels else ()),
-        packages=TUNNEL_PACKAGES if tunnels else (),
     )
 
 
