@@ -146,10 +146,9 @@ def load_inventory(inventory_path: Path, overrides: dict | None = None, group_da
 def hosts_listed_once(path: Path, groups: dict) -> None:
     """A host listed twice in coordinator or in workers (pyinfra merges the two, the later one's data winning,
     without a word): refused. groups: the inventory file's groups as pyinfra reads them (hosts, or (hosts, data))."""
+    first = _quiet_import()[0]._get_any_tuple_first  # pyinfra's own: a group or a host, with its data or without
     for role in ROLES:
-        hosts = groups.get(role) or []
-        hosts = hosts[0] if isinstance(hosts, tuple) else hosts
-        names = [h[0] if isinstance(h, tuple) else h for h in hosts]
+        names = [first(h) for h in first(groups.get(role) or [])]
         twice = sorted({str(n) for n in names if names.count(n) > 1})
         if twice:
             raise SettingsError(
