@@ -51,6 +51,9 @@ HOST_IMAGE = f"{PREFIX}/host:bookworm"
 SDIST = "llama-cpp-python==0.3.36"
 MODEL = "/models/lab.gguf"
 MODEL_SHAPE = Shape(n_layer=8, n_embd=512, n_head=8, n_head_kv=4, n_ff=1536)
+# For speculative decoding (testmodel.write_draft_model, write_random_sentence_model), outside MODEL's folder
+DRAFT_MODEL = "/models-spec/draft.gguf"  # the sentence model's draft (llama-server -md, --spec-type draft-simple)
+RANDOM_MODEL = "/models-spec/random.gguf"  # a target on the same vocabulary whose text the draft does not predict
 # Flags that let systemd and a nested dockerd run in a container without --privileged (checked on this machine).
 HOST_FLAGS = [
     "--cap-add",
@@ -387,23 +390,33 @@ def preload_base_images(container: str) -> None:
 def place_model(container: str) -> None:
     """The lab's model on the coordinator: the sentence model (testmodel.py), whose greedy answer is a
     known sentence that wins by a wide margin at every step, so a split that computes wrong shows.
-    A different file there (an older lab's) is replaced, and a running llama-server restarted onto it."""
-    local = CACHE / "lab-sentence.gguf"
-    if not local.exists():
-        write_sentence_model(local, MODEL_SHAPE)
-    have = subprocess.run(["docker", "exec", container, "sha256sum", MODEL], capture_output=True, text=True).stdout
-    if have.split()[:1] == [sha256_file(local)]:
-        return
-    docker("exec", container, "mkdir", "-p", str(Path(MODEL).parent))
-    docker("cp", str(local), f"{container}:{MODEL}.new")
-    docker(
-        "exec",
-        container,
-        "sh",
-        "-c",
-        f"chmod 644 {MODEL}.new && mv {MODEL}.new {MODEL} && "
-        "{ ! systemctl cat llama-server.service >/dev/null 2>&1 || systemctl try-restart llama-server.service; }",
-    )  # none yet
+    A different file there (an older lab's) is replaced, and a running llama-server restarted onto it.
+
+    Beside it, in a folder of its own (tests list MODEL's folder), the models for speculative decoding:
+    DRAFT_MODEL, the sentence model's draft, and RANDOM_MODEL, a target on the same vocabulary whose
+    text the draft does not predict. Each is generated once into CACHE and copied when it differs."""
+    from .testmodel import write_draft_model, write_random_sentence_model
+
+    models = [
+        (CACHE / "lab-sentence.gguf", MODEL, lambda local: write_sentence_model(local, MODEL_SHAPE)),
+        (CACHE / "lab-draft.gguf", DRAFT_MODEL, write_draft_model),
+        (CACHE / "lab-random.gguf", RANDOM_MODEL, lambda local: write_random_sentence_model(local, MODEL_SHAPE)),
+    ]
+    for local, remote, write in models:
+        if not local.exists():
+            write(local)
+        have = subprocess.run(["docker", "exec", container, "sha256sum", remote], capture_output=True, text=True)
+        if have.stdout.split()[:1] == [sha256_file(local)]:
+            continue
+        folder = str(Path(remote).parent)
+        docker("exec", container, "sh", "-c", f"mkdir -p {folder} && chmod 755 {folder}")
+        docker("cp", str(local), f"{container}:{remote}.new")
+        restart = (  # a llama-server on the lab's model, none on the others
+            " && { ! systemctl cat llama-server.service >/dev/null 2>&1 || systemctl try-restart llama-server.service; }"
+            if remote == MODEL
+            else ""
+        )
+        docker("exec", container, "sh", "-c", f"chmod 644 {remote}.new && mv {remote}.new {remote}{restart}")
 
 
 def lab_settings(sdist: Path, workers: int, api_key: Path) -> dict:

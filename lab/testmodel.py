@@ -12,7 +12,11 @@ layers across RPC devices and generates tokens.
   servers that split the model differently must therefore agree token for token, and a wrong split
   (a layer skipped, a tensor garbled on its way to a worker) shows up as different text.
 
-    python -m lab.testmodel OUT.gguf [--n-layer 8 --n-embd 512 ...] [--sentence]
+- `write_draft_model` and `write_random_sentence_model`: for speculative decoding, a draft that
+  predicts the sentence model's tokens most of the time (not always), and a target on the same
+  vocabulary whose tokens it does not predict.
+
+    python -m lab.testmodel OUT.gguf [--n-layer 8 --n-embd 512 ...] [--sentence | --draft | --random]
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,10 +148,9 @@ def _random_layers(rng: np.random.Generator, shape: Shape, std: float) -> dict[s
     return tensors
 
 
-def write_model(path: Path, shape: Shape = Shape()) -> Path:
+def random_weights(shape: Shape, n_vocab: int) -> dict[str, np.ndarray]:
+    """write_model's tensors for a vocabulary of n_vocab tokens (specials and bytes first): all random."""
     rng = np.random.default_rng(shape.seed)
-    vocab = vocabulary()
-    n_vocab = len(vocab[0])
 
     def weight(*numpy_shape: int) -> np.ndarray:
         return (rng.standard_normal(numpy_shape) * 0.02).astype(np.float16)
@@ -159,6 +163,12 @@ def write_model(path: Path, shape: Shape = Shape()) -> Path:
     output = weight(n_vocab, shape.n_embd) * np.float16(8)
     output[: 3 + N_BYTES] = 0
     tensors["output.weight"] = output
+    return tensors
+
+
+def write_model(path: Path, shape: Shape = Shape()) -> Path:
+    vocab = vocabulary()
+    tensors = random_weights(shape, len(vocab[0]))
     return _write_gguf(path, shape, "llama-rpc-deploy test model (random weights)", vocab, tensors)
 
 
@@ -270,7 +280,9 @@ def sentence_tokens(prompt: str = PROMPT, sentence: str = SENTENCE) -> list[int]
     return [ids[p] for p in pieces(sentence, first=False)]
 
 
-def sentence_weights(shape: Shape = Shape(), prompt: str = PROMPT, sentence: str = SENTENCE) -> dict[str, np.ndarray]:
+def sentence_weights(
+    shape: Shape = Shape(), prompt: str = PROMPT, sentence: str = SENTENCE, successors: list[int] | None = None
+) -> dict[str, np.ndarray]:
     """Every tensor of the sentence model, by GGUF name (numpy shape: ggml's ne reversed).
 
     Word i of cycle() is embedded as EMBED_SCALE times basis vector i (plus a little noise); every
@@ -278,10 +290,15 @@ def sentence_weights(shape: Shape = Shape(), prompt: str = PROMPT, sentence: str
     basis vector i to the successor of word i, and "other" to the first word of SENTENCE, with a
     logit of SENTENCE_LOGIT after the final RMS norm (which scales a one-hot state to sqrt(n_embd)),
     on top of a dense N(0, OUTPUT_STD) matrix. The layers are random and small next to the embedding,
-    so they move every logit a little (see layer_effects) and the successor still wins by far."""
+    so they move every logit a little (see layer_effects) and the successor still wins by far.
+
+    `successors[i]` is the index in cycle() of the word that follows word i; None is the cycle itself
+    (i + 1). Another map gives a model that recites something else with the same vocabulary: the draft
+    (write_draft_model) skips a word now and then."""
     rng = np.random.default_rng(shape.seed)
     tokens, _, _ = sentence_vocabulary(prompt, sentence)
     words = cycle(prompt, sentence)
+    successors = _successors(len(words), successors)
     ids = {t.decode(): i for i, t in enumerate(tokens)}
     other = len(words)
     if shape.n_embd <= other:
@@ -297,26 +314,108 @@ def sentence_weights(shape: Shape = Shape(), prompt: str = PROMPT, sentence: str
     tensors["output_norm.weight"] = np.ones(shape.n_embd, dtype=np.float32)
     output = rng.standard_normal((len(tokens), shape.n_embd)) * OUTPUT_STD
     weight = SENTENCE_LOGIT / np.sqrt(shape.n_embd)
-    for i, word in enumerate(words):
-        output[ids[words[(i + 1) % len(words)]], i] += weight
+    for i in range(len(words)):
+        output[ids[words[successors[i]]], i] += weight
     output[ids[pieces(sentence, first=False)[0]], other] += weight
     tensors["output.weight"] = output.astype(np.float16)
     return tensors
 
 
 def write_sentence_model(
-    path: Path, shape: Shape = Shape(), split_max_tensors: int = 0, prompt: str = PROMPT, sentence: str = SENTENCE
+    path: Path,
+    shape: Shape = Shape(),
+    split_max_tensors: int = 0,
+    prompt: str = PROMPT,
+    sentence: str = SENTENCE,
+    successors: list[int] | None = None,
 ) -> Path:
     """The sentence model (default shape: the lab's, 8 layers of 512, about 50 MB); split into shards
-    of at most split_max_tensors tensors when that is set (the first shard's path is returned)."""
+    of at most split_max_tensors tensors when that is set (the first shard's path is returned).
+    `successors`: as in sentence_weights."""
     return _write_gguf(
         path,
         shape,
         "llama-rpc-deploy sentence model (greedy output is known)",
         sentence_vocabulary(prompt, sentence),
-        sentence_weights(shape, prompt, sentence),
+        sentence_weights(shape, prompt, sentence, successors),
         chat_template=CHAT_TEMPLATE,
         split_max_tensors=split_max_tensors,
+    )
+
+
+def _successors(n: int, successors: list[int] | None) -> list[int]:
+    """The successor map of a cycle of n words: as given (checked), or the cycle itself."""
+    if successors is None:
+        return [(i + 1) % n for i in range(n)]
+    if len(successors) != n or not all(0 <= s < n for s in successors):
+        raise ValueError(f"successors must give each of the {n} words one of them: {successors}")
+    return list(successors)
+
+
+def next_tokens(successors: list[int] | None = None, prompt: str = PROMPT, sentence: str = SENTENCE) -> np.ndarray:
+    """The Markov machine sentence_weights builds, as a table: for every token id, the id the model
+    predicts after it (a word's successor; SENTENCE's first word after any other token)."""
+    tokens = sentence_vocabulary(prompt, sentence)[0]
+    words = cycle(prompt, sentence)
+    successors = _successors(len(words), successors)
+    ids = {t.decode(): i for i, t in enumerate(tokens)}
+    table = np.full(len(tokens), ids[pieces(sentence, first=False)[0]])
+    for i, word in enumerate(words):
+        table[ids[word]] = ids[words[successors[i]]]
+    return table
+
+
+# --- models for speculative decoding (llama.cpp's draft-simple) ------------------------------------
+#
+# The draft is the sentence model with a few successors changed and in a small shape: same vocabulary
+# (llama.cpp's draft-simple refuses a draft whose token texts differ from the target's), so it guesses
+# the target's next token right most of the time but not always, and llama-server both accepts and
+# rejects drafted tokens. The random model is write_model's construction on the sentence vocabulary: a
+# target whose text no draft predicts (word prefixes and a word, each repeated many times).
+
+DRAFT_SHAPE = Shape(n_layer=2, n_embd=128, n_head=2, n_head_kv=1, n_ff=256, seed=4321)
+
+
+def draft_skips(i: int) -> bool:
+    """Whether the draft skips the word after word i of the cycle: every third word (8 of 26)."""
+    return i % 3 == 2
+
+
+def draft_successors(n: int, skip: Callable[[int], bool] = draft_skips) -> list[int]:
+    """The draft's successor map for a cycle of n words: i + 1, or i + 2 (a word skipped) where skip(i)."""
+    return [(i + (2 if skip(i) else 1)) % n for i in range(n)]
+
+
+def draft_weights(shape: Shape = DRAFT_SHAPE) -> dict[str, np.ndarray]:
+    """The draft's tensors: the sentence model's construction with draft_successors."""
+    return sentence_weights(shape, successors=draft_successors(len(cycle())))
+
+
+def write_draft_model(path: Path, shape: Shape = DRAFT_SHAPE) -> Path:
+    """The lab's draft for the sentence model (PROMPT, SENTENCE): the same vocabulary and chat template,
+    greedy output the cycle with every third word skipped (draft_successors), about 0.7 of the target's
+    tokens predicted right when it drafts from the target's own text (draft_agreement)."""
+    return _write_gguf(
+        path,
+        shape,
+        "llama-rpc-deploy lab draft model (the sentence model, every third word skipped)",
+        sentence_vocabulary(),
+        draft_weights(shape),
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def write_random_sentence_model(path: Path, shape: Shape = Shape()) -> Path:
+    """write_model's random weights on the sentence model's vocabulary: a target that loads with the lab's
+    draft (same tokens) and whose text the draft does not predict (random_agreement)."""
+    vocab = sentence_vocabulary()
+    return _write_gguf(
+        path,
+        shape,
+        "llama-rpc-deploy random model (random weights, the sentence vocabulary)",
+        vocab,
+        random_weights(shape, len(vocab[0])),
+        chat_template=CHAT_TEMPLATE,
     )
 
 
@@ -408,13 +507,17 @@ def recital() -> tuple[list[int], int]:
     return prompt + sentence_tokens() + turn, len(prompt) - 1
 
 
-def margins(weights: dict[str, np.ndarray] | None = None, shape: Shape = Shape()) -> np.ndarray:
+def margins(
+    weights: dict[str, np.ndarray] | None = None, shape: Shape = Shape(), successors: list[int] | None = None
+) -> np.ndarray:
     """At each step of the recital from PROMPT's last token on: the expected next token's logit minus
-    the largest other logit (numpy float32 reference of llama.cpp's graph, on the f16 weights)."""
-    weights = sentence_weights(shape) if weights is None else weights
+    the largest other logit (numpy float32 reference of llama.cpp's graph, on the f16 weights). Expected
+    is the next token of the recital, or with `successors` (a model built with them) the successor of
+    the current token."""
+    weights = sentence_weights(shape, successors=successors) if weights is None else weights
     ids, start = recital()
     logits = forward(weights, shape, ids)[start:-1]
-    expected = np.array(ids[start + 1 :])
+    expected = next_tokens(successors)[ids[start:-1]]
     rows = np.arange(len(expected))
     winner = logits[rows, expected]
     logits[rows, expected] = -np.inf
@@ -428,6 +531,45 @@ def min_margin(path: Path | None = None) -> float:
         return float(margins().min())
     weights, shape = read_weights(path)
     return float(margins(weights, shape).min())
+
+
+def draft_agreement(weights: dict[str, np.ndarray] | None = None, shape: Shape = DRAFT_SHAPE) -> float:
+    """The fraction of the recital's steps (from PROMPT's last token on, two turns of the cycle, teacher
+    forced as draft-simple drafts from the target's tokens) where the draft's greedy token (numpy) is
+    the target's next token."""
+    weights = draft_weights(shape) if weights is None else weights
+    ids, start = recital()
+    greedy = forward(weights, shape, ids)[start:-1].argmax(axis=1)
+    return float(np.mean(greedy == np.array(ids[start + 1 :])))
+
+
+def greedy(weights: dict[str, np.ndarray], shape: Shape, token_ids: list[int], n: int) -> list[int]:
+    """n tokens of greedy decoding after token_ids (numpy reference). Speculatively, as llama.cpp does it:
+    guess that the last token repeats to the end, and one forward pass checks every guess at once (each
+    position's greedy token holds while the guesses before it were right). Exact, and one pass per
+    change of token rather than one per token: the random model repeats itself in long runs."""
+    w = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}
+    ids, end = list(token_ids), len(token_ids) + n
+    while len(ids) < end:
+        start = len(ids)
+        guess = ids + [ids[-1]] * (end - start - 1)
+        for token in forward(w, shape, guess)[start - 1 :].argmax(axis=1):
+            ids.append(int(token))
+            if len(ids) == end or guess[len(ids) - 1] != ids[-1]:
+                break
+    return ids[len(token_ids) :]
+
+
+def random_agreement(
+    weights: dict[str, np.ndarray] | None = None, shape: Shape = Shape(), n: int = 32
+) -> tuple[int, list[int]]:
+    """How many of the random model's first n greedy tokens after PROMPT the draft's Markov machine
+    (next_tokens with draft_successors) predicts from the token before, and those tokens."""
+    weights = random_weights(shape, len(sentence_vocabulary()[0])) if weights is None else weights
+    prompt = tokenize(PROMPT)
+    tokens = greedy(weights, shape, prompt, n)
+    draft = next_tokens(draft_successors(len(cycle())))
+    return int(np.sum(draft[[prompt[-1]] + tokens[:-1]] == np.array(tokens))), tokens
 
 
 def layer_effects(weights: dict[str, np.ndarray] | None = None, shape: Shape = Shape()) -> dict[str, float]:
@@ -452,14 +594,42 @@ def layer_effects(weights: dict[str, np.ndarray] | None = None, shape: Shape = S
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
-    for field in ("n_layer", "n_embd", "n_head", "n_head_kv", "n_ff", "seed"):
-        parser.add_argument("--" + field.replace("_", "-"), type=int, default=getattr(Shape(), field))
-    parser.add_argument("--sentence", action="store_true", help="the sentence model (greedy output: SENTENCE)")
+    fields = ("n_layer", "n_embd", "n_head", "n_head_kv", "n_ff", "seed")
+    for field in fields:
+        parser.add_argument(
+            "--" + field.replace("_", "-"),
+            type=int,
+            help=f"default {getattr(Shape(), field)} ({getattr(DRAFT_SHAPE, field)} with --draft)",
+        )
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--sentence", action="store_true", help="the sentence model (greedy output: SENTENCE)")
+    kind.add_argument(
+        "--draft",
+        action="store_true",
+        help="the sentence model's draft for speculative decoding (llama-server -md, --spec-type draft-simple):"
+        " same vocabulary, every third word skipped, a smaller shape",
+    )
+    kind.add_argument(
+        "--random",
+        action="store_true",
+        help="random weights on the sentence model's vocabulary: a target whose text the draft does not predict",
+    )
     args = parser.parse_args(argv)
-    shape = Shape(**{f: getattr(args, f) for f in ("n_layer", "n_embd", "n_head", "n_head_kv", "n_ff", "seed")})
+    base = DRAFT_SHAPE if args.draft else Shape()
+    shape = Shape(**{f: getattr(base, f) if getattr(args, f) is None else getattr(args, f) for f in fields})
     if args.sentence:
         print(write_sentence_model(args.out, shape))
         print(f"prompt {PROMPT!r} -> {SENTENCE!r}, smallest logit margin {min_margin(args.out):.2f}")
+    elif args.draft:
+        print(write_draft_model(args.out, shape))
+        weights, _ = read_weights(args.out)
+        successors = draft_successors(len(cycle()))
+        print(
+            f"smallest logit margin {margins(weights, shape, successors).min():.2f},"
+            f" agrees with the sentence model on {draft_agreement(weights, shape):.2f} of its tokens"
+        )
+    elif args.random:
+        print(write_random_sentence_model(args.out, shape))
     else:
         print(write_model(args.out, shape))
 

@@ -1,22 +1,33 @@
+import hashlib
+
 import numpy as np
 import pytest
 from gguf import GGUFReader
 
 from lab import testmodel
 from lab.testmodel import (
+    DRAFT_SHAPE,
     PROMPT,
     SENTENCE,
     SPACE,
     Shape,
+    cycle,
+    draft_agreement,
+    draft_successors,
+    draft_weights,
     layer_effects,
+    next_tokens,
     pieces,
+    random_agreement,
     read_weights,
     sentence_tokens,
     sentence_vocabulary,
     sentence_weights,
     tokenize,
     vocabulary,
+    write_draft_model,
     write_model,
+    write_random_sentence_model,
 )
 
 pytestmark = pytest.mark.xdist_group("sentence models")  # tests/conftest.py: written once, on one worker
@@ -150,3 +161,98 @@ def test_other_text_leads_into_the_sentence_too(weights):
     first = sentence_tokens()[0]
     assert int(np.argmax(logits)) == first
     assert logits[first] - np.delete(logits, first).max() >= MARGIN
+
+
+# --- models for speculative decoding: the sentence model's draft, and a random target on its vocabulary ---
+
+# The files as written before the successor map and random_weights were factored out (gguf is pinned): the
+# defaults must not move a byte, or the lab would copy a new model onto the coordinator and every pinned
+# expectation about it would need checking again.
+SENTENCE_MODEL_SHA256 = "9909323ec26d899f2c6fbfa1c0885ac8228933ac14bcdfadacdb2621e0232ea0"
+SMALL_RANDOM_MODEL_SHA256 = "4a8484632ebde6ca29d02dc865380c7feaa47c621d71cda9505e06ff9866af8c"  # the shape below
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_default_successors_keep_the_sentence_model_as_it_was(sentence_model, weights):
+    assert sha256(sentence_model) == SENTENCE_MODEL_SHA256
+    n = len(cycle())
+    explicit = sentence_weights(successors=[(i + 1) % n for i in range(n)])
+    assert all(np.array_equal(weights[name], tensor) for name, tensor in explicit.items())
+
+
+def test_write_model_keeps_its_bytes(tmp_path):
+    shape = Shape(n_layer=3, n_embd=64, n_head=4, n_head_kv=2, n_ff=128)
+    assert sha256(write_model(tmp_path / "m.gguf", shape)) == SMALL_RANDOM_MODEL_SHA256
+
+
+def test_a_successor_map_must_name_one_word_for_each(tmp_path):
+    n = len(cycle())
+    for bad in ([0] * (n - 1), [n] * n, [-1] * n):
+        with pytest.raises(ValueError, match="successors"):
+            sentence_weights(DRAFT_SHAPE, successors=bad)
+
+
+def test_draft_skips_every_third_word():
+    n = len(cycle())
+    successors = draft_successors(n)
+    assert [i for i in range(n) if successors[i] != (i + 1) % n] == list(range(2, n, 3))
+    assert all(successors[i] == (i + 2) % n for i in range(2, n, 3))
+    assert draft_successors(5, skip=lambda i: i == 4) == [1, 2, 3, 4, 1]
+    # the tables the models implement: the draft's next token is the target's, or the one after it
+    target, draft = next_tokens(), next_tokens(successors)
+    assert np.mean(target == draft) > 0.95  # every token but 8 words: the same
+    words = {t.decode(): i for i, t in enumerate(sentence_vocabulary()[0])}
+    assert draft[words[cycle()[2]]] == words[cycle()[4]]
+
+
+def vocabulary_fields(reader: GGUFReader) -> dict:
+    fields = reader.fields
+    keys = [k for k in fields if k.startswith("tokenizer.")]
+    return {k: [bytes(fields[k].parts[i]) for i in fields[k].data] for k in keys}
+
+
+def test_draft_and_random_model_share_the_targets_vocabulary(sentence_model, tmp_path):
+    """llama.cpp's draft-simple compares the vocabularies' type, bos/eos and token texts; here every tokenizer
+    key is the same (tokens, scores, types, ids, the chat template). The random model, in a small shape here,
+    is write_model's construction on the same vocabulary."""
+    target = vocabulary_fields(GGUFReader(sentence_model))
+    assert "tokenizer.ggml.tokens" in target and "tokenizer.chat_template" in target
+    draft = GGUFReader(write_draft_model(tmp_path / "draft.gguf"))
+    assert vocabulary_fields(draft) == target
+    assert "draft" in text(draft.fields["general.name"])
+    assert int(draft.fields["llama.block_count"].parts[-1][0]) == DRAFT_SHAPE.n_layer
+    assert int(draft.fields["llama.embedding_length"].parts[-1][0]) == DRAFT_SHAPE.n_embd
+    small = Shape(n_layer=1, n_embd=64, n_head=2, n_head_kv=1, n_ff=128)
+    random = GGUFReader(write_random_sentence_model(tmp_path / "random.gguf", small))
+    assert vocabulary_fields(random) == target
+    assert "random" in text(random.fields["general.name"])
+
+
+def test_draft_recites_its_own_map_by_a_wide_margin():
+    """Like the target: whatever backend runs the draft, its greedy token is the one its successor map names."""
+    margins = testmodel.margins(draft_weights(), DRAFT_SHAPE, draft_successors(len(cycle())))
+    assert len(margins) == len(sentence_tokens()) + len(cycle())
+    assert margins.min() >= MARGIN, margins.round(2)
+
+
+def test_draft_agrees_with_the_target_on_most_tokens_but_not_all(tmp_path):
+    """Drafting from the target's own tokens (as draft-simple does after each check), two turns of the cycle:
+    18 of the 26 words' successors are right, so llama-server both accepts and rejects drafted tokens. From the
+    file as llama.cpp reads it, and from the weights as generated."""
+    weights, shape = read_weights(write_draft_model(tmp_path / "draft.gguf"))
+    agreement = draft_agreement(weights, shape)
+    assert 0.6 <= agreement <= 0.85, agreement
+    assert agreement == draft_agreement()
+
+
+def test_random_model_says_what_the_draft_does_not_predict():
+    """The random target's greedy text (numpy reference, 32 tokens after PROMPT): word prefixes and a word
+    repeated, which the draft's successor map (and the target's) names at most a few times."""
+    hits, tokens = random_agreement()
+    assert len(tokens) == 32
+    assert hits <= 3, hits
+    before = [tokenize(PROMPT)[-1]] + tokens[:-1]
+    assert np.sum(next_tokens()[before] == tokens) <= 3
