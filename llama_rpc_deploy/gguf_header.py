@@ -51,6 +51,9 @@ class ModelInfo:
     mla: bool = False  # multi-head latent attention: llama.cpp stores K only (V is a view of it)
     recurrent_per_seq: tuple[int, ...] = ()  # per layer: f32 elements of the recurrent state per sequence
     shards: tuple[str, ...] = ()  # every file of a split GGUF (…-00001-of-0000N.gguf), in order
+    vocab: Vocab | None = None  # what llama.cpp compares between a target and its draft (speculation.py)
+    mtp_head: bool = False  # its last layer has an MTP head (blk.N.nextn.eh_proj): llama.cpp's draft-mtp
+    markov_head: bool = False  # a dflash draft with a Markov head (markov_w1): llama.cpp's draft-dspark
 
     @property
     def weight_bytes(self) -> int:
@@ -62,14 +65,46 @@ class ModelInfo:
         return self.arch in KV_LAYOUTS
 
 
+TOKENS = "tokenizer.ggml.tokens"
+FIRST_COMPARED_TOKEN = 5  # llama.cpp compares a draft's token texts from id 5 on (SPEC_VOCAB_CHECK_START_TOKEN_ID)
+
+
+@dataclass(frozen=True)
+class TokenTable:
+    """tokenizer.ggml.tokens as llama.cpp compares a target's and a draft's: how many, and the texts from
+    FIRST_COMPARED_TOKEN on, as the file stores them (each length-prefixed: one list, one byte string)."""
+
+    count: int
+    tail: bytes
+
+    def agrees(self, other: TokenTable) -> bool:
+        """Every token both have, from FIRST_COMPARED_TOKEN on, has the same text."""
+        short, long = sorted((self, other), key=lambda t: t.count)
+        return long.tail.startswith(short.tail)
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """A vocabulary as llama.cpp's draft check sees it (common/speculative.cpp, common_speculative_are_compatible)."""
+
+    model: str  # tokenizer.ggml.model: llama (SentencePiece), gpt2 (BPE), gemma4, bert, t5, ...
+    add_bos: bool
+    bos: int | None
+    add_eos: bool
+    eos: int | None
+    tokens: TokenTable | None
+
+
 @dataclass(frozen=True)
 class Header:
     """A GGUF file's metadata and tensor table: {key: value} (string arrays left out: a vocabulary of
-    262144 tokens would cost gguf.GGUFReader seconds, and nothing here reads one), [(name, ne, bytes)]."""
+    262144 tokens would cost gguf.GGUFReader seconds; tokenizer.ggml.tokens is kept as a TokenTable), [(name, ne,
+    bytes)]."""
 
     fields: dict
     tensors: list[tuple[str, tuple[int, ...], int]]
     data_offset: int  # where the tensor data starts: the header's size
+    tokens: TokenTable | None = None
 
 
 _SCALARS = {
@@ -154,10 +189,13 @@ def _parse_header(data: bytes, path: str) -> Header:
     version, n_tensors, n_fields = take("I"), take("Q"), take("Q")
     if version not in (2, 3):
         raise ValueError(f"{path}: GGUF version {version}: expected 2 or 3")
-    fields = {}
+    fields, tokens = {}, None
     for _ in range(n_fields):
         key = string()
+        start = pos
         fields[key] = value(take("I"))
+        if key == TOKENS and fields[key] is None:  # a string array: the vocabulary's texts
+            tokens = _token_table(data, start + 4, pos)
     tensors = []
     for _ in range(n_tensors):
         name = string()
@@ -168,7 +206,46 @@ def _parse_header(data: bytes, path: str) -> Header:
         block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
         tensors.append((name, ne, math.prod(ne) // block * size))
     alignment = int(fields.get("general.alignment", 32))
-    return Header(fields, tensors, -(-pos // alignment) * alignment)
+    return Header(fields, tensors, -(-pos // alignment) * alignment, tokens)
+
+
+def _token_table(data: bytes, start: int, end: int) -> TokenTable:
+    """The TokenTable of a string array at data[start:end] (after its value type: the item type, the count, the
+    items, each a u64 length and the text)."""
+    count = struct.unpack_from("<Q", data, start + 4)[0]
+    pos = start + 12
+    for _ in range(min(count, FIRST_COMPARED_TOKEN)):
+        pos += 8 + struct.unpack_from("<Q", data, pos)[0]
+    return TokenTable(count, bytes(data[pos:end]))
+
+
+# llama.cpp's vocabulary types (src/llama-vocab.cpp, load) and, where a header leaves them out, the defaults of
+# add_bos, the BOS id, add_eos and the EOS id for each
+VOCAB_CLASS = {"llama": "SPM", "bert": "WPM", "t5": "UGM", "rwkv": "RWKV", "plamo2": "PLAMO2", "no_vocab": "NONE"}
+VOCAB_CLASS |= dict.fromkeys(("gpt2", "hybriddna", "whitespace", "gemma4"), "BPE")
+VOCAB_DEFAULTS = {
+    "SPM": (True, 1, False, 2),
+    "WPM": (True, 101, False, 102),
+    "UGM": (False, None, True, 1),
+    "BPE": (False, 11, False, 11),
+}
+
+
+def vocab_of(header: Header) -> Vocab | None:
+    """The vocabulary of a GGUF header, with llama.cpp's defaults for what it leaves out; None without one."""
+    fields = header.fields
+    model = fields.get("tokenizer.ggml.model")
+    if not isinstance(model, str):
+        return None
+    add_bos, bos, add_eos, eos = VOCAB_DEFAULTS.get(VOCAB_CLASS.get(model, model), (False, None, False, None))
+    if model == "gemma4":
+        add_bos = True  # the gemma4 pre-tokenizer sets it whatever the file says
+    else:
+        add_bos = bool(fields.get("tokenizer.ggml.add_bos_token", add_bos))
+    add_eos = bool(fields.get("tokenizer.ggml.add_eos_token", add_eos))
+    bos = fields.get("tokenizer.ggml.bos_token_id", bos)
+    eos = fields.get("tokenizer.ggml.eos_token_id", eos)
+    return Vocab(model, add_bos, bos, add_eos, eos, header.tokens)
 
 
 def _per_layer(value, n_layer: int) -> list[int]:
@@ -266,6 +343,9 @@ def read_model(path: Path | str, shards: list | None = None) -> ModelInfo:
         mla=mla,
         recurrent_per_seq=tuple(state),
         shards=tuple(str(s) for s in shards) if n_split > 1 else (),
+        vocab=vocab_of(header),
+        mtp_head=any(name == f"blk.{n_layer - 1}.nextn.eh_proj.weight" for name, _, _ in tensors),
+        markov_head=any(name == "markov_w1.weight" for name, _, _ in tensors),
     )
 
 
