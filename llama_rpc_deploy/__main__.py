@@ -9,7 +9,7 @@ the `command(args)` of its module: plan.py, status.py, bench.py, tune/, settings
   bench [-i INVENTORY] [--streams 1,2,4] [--json OUT] [--png OUT] [--model LOCAL.gguf]
                            tokens/s for 1 and N parallel streams against the planner's ceiling,
                            time to first token after idle sleep; a table, JSON, a PNG plot
-  plan [-i INVENTORY | --gpus GPU...] [--model LOCAL.gguf] [--mmproj LOCAL.gguf] [--data KEY=VALUE]
+  plan [-i INVENTORY | --gpus GPU...] [--model LOCAL.gguf] [--mmproj LOCAL.gguf] [--draft LOCAL.gguf] [--data KEY=VALUE]
                            the capacity planner, offline: per device layers, weights, KV cache, free memory;
                            the tokens/s ceiling; exits 2 when something does not fit
   status [-i INVENTORY] [--json]  every host's services, restarts and their cause, image, RPC protocol,
@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         "when this machine has it); a split model's first shard",
     )
     p_plan.add_argument("--mmproj", type=Path, help="a local copy of llama_mmproj_path's file")
+    p_plan.add_argument("--draft", type=Path, help="a local copy of llama_spec_draft_path's file")
     p_plan.add_argument(
         "--data",
         action="append",

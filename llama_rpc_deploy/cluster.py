@@ -132,6 +132,11 @@ class Cluster:
         ]
 
     @property
+    def local_devices(self) -> list[str]:
+        """The coordinator's own devices (its GPUs), after every worker's in `devices`."""
+        return self.devices[sum(w.device_count for w in self.workers) :]
+
+    @property
     def backends(self) -> list[str]:
         """The image backends the hosts run, each once: the coordinator's first, then in worker order."""
         return list(dict.fromkeys(h.backend for h in self.hosts))
@@ -214,16 +219,20 @@ class Cluster:
         )
 
     def with_split(self, split: list, model: str | None = None) -> Cluster:
-        """The same cluster with llama_tensor_split = split (the planner's, for 'auto'); for a model of
-        llama_models, in that model's entry."""
+        """The same cluster with llama_tensor_split = split (the planner's, for 'auto')."""
+        return self.with_setting("llama_tensor_split", list(split), model)
+
+    def with_setting(self, key: str, value, model: str | None = None) -> Cluster:
+        """The same cluster with a setting the coordinator settled (the planner's split, the draft's type); for a
+        model of llama_models, in that model's entry."""
         c = self.coordinator
         models = c.settings["llama_models"]
         if model in models:
-            entry = {**models[model], "llama_tensor_split": list(split)}
+            entry = {**models[model], key: value}
             return replace(
                 self, coordinator=replace(c, settings={**c.settings, "llama_models": {**models, model: entry}})
             )
-        return replace(self, coordinator=replace(c, settings={**c.settings, "llama_tensor_split": list(split)}))
+        return replace(self, coordinator=replace(c, settings={**c.settings, key: value}))
 
 
 def model_name(path: str) -> str:

@@ -12,7 +12,7 @@ import re
 from dataclasses import replace
 
 from .cluster import Cluster, ClusterHost, allowed_clients, api_key, cuda_architectures, is_wide
-from . import paths, tunnel
+from . import paths, speculation, tunnel
 from .settings import PLACEHOLDER, PORT, QUANTIZED_CACHE_TYPES, SettingsError, is_host_name
 
 # The first CUDA release that can build for a compute capability (newer cards need newer CUDA).
@@ -196,6 +196,13 @@ def one_share_per_device(cluster: Cluster, inventory_file: str) -> None:
         )
 
 
+def speculation_is_consistent(cluster: Cluster, inventory_file: str) -> None:
+    """The speculative settings, read alone (speculation.settings_problem); the files are checked on the coordinator."""
+    problem = speculation.settings_problem(cluster)
+    if problem:
+        raise SettingsError(problem)
+
+
 def _cuda_version(image: str) -> tuple[int, int] | None:
     match = re.search(r"cuda:(\d+)\.(\d+)", image)
     return (int(match.group(1)), int(match.group(2))) if match else None
@@ -375,6 +382,7 @@ MODEL_CHECKS = (
     same_quantized_kv_types,
     quantized_v_has_flash_attention,
     one_share_per_device,
+    speculation_is_consistent,
 )
 
 CHECKS = (
@@ -392,6 +400,7 @@ CHECKS = (
     rpc_port_apart_from_llama_port,
     server_port_apart_from_the_api,
     one_share_per_device,
+    speculation_is_consistent,
     gpus_match_backend,
     cuda_can_build_every_gpu,
     vulkan_can_build,

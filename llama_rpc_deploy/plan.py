@@ -21,7 +21,7 @@ from pathlib import Path
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from . import gguf_header
+from . import gguf_header, speculation
 from .cluster_checks import no_example_addresses
 from .gguf_header import ModelInfo
 from .gpus import lookup
@@ -128,10 +128,11 @@ class Placement:
     kv: int = 0
     reserve: int = COMPUTE_RESERVE
     mmproj: int = 0  # the vision projector's weights, on the first device of --device (common/arg.cpp)
+    draft: int = 0  # a draft model's weights, KV and compute reserve, on the device it runs on (DraftMemory)
 
     @property
     def free(self) -> int:
-        return self.device.usable - self.weights - self.kv - self.reserve - self.mmproj
+        return self.device.usable - self.weights - self.kv - self.reserve - self.mmproj - self.draft
 
     @property
     def fits(self) -> bool:
@@ -189,6 +190,43 @@ def place(
     if placements:
         placements[0].mmproj = mmproj_bytes
     return placements, host
+
+
+DRAFT_COMPUTE_RESERVE = 256 * MIB  # a draft on a GPU: its compute buffer (its outputs are one row per slot)
+
+
+@dataclass(frozen=True)
+class DraftMemory:
+    """What a draft model takes where it runs (speculation.draft_device): llama.cpp gives it the target's context
+    and slots, with its own KV types (--spec-draft-type-k/-v, f16 by default), and keeps its token embeddings in
+    host memory as it does the target's. `llama-fit-params -m DRAFT -c CTX -np PARALLEL` answers the same
+    (its 'model' and 'context' columns; tests/oracle.py)."""
+
+    kind: str
+    device: str  # a device of --device, or speculation.CPU
+    weights: int  # on the device (on the host for CPU)
+    input_bytes: int  # token embeddings: host memory
+    kv: int
+    reserve: int
+    counted: bool  # the planner knows the architecture's KV layout (gguf_header.KV_LAYOUTS)
+
+    @property
+    def on_device(self) -> int:
+        return self.weights + self.kv + self.reserve
+
+
+def draft_memory(draft: ModelInfo, kind: str, device: str, context: Context) -> DraftMemory:
+    counted = draft.kv_modeled
+    kv = sum(kv_by_layer(draft, context.with_types("f16", "f16"))) if counted else 0
+    return DraftMemory(
+        kind=kind,
+        device=device,
+        weights=draft.weight_bytes - draft.input_bytes,
+        input_bytes=draft.input_bytes,
+        kv=kv,
+        reserve=0 if device == speculation.CPU else DRAFT_COMPUTE_RESERVE,
+        counted=counted,
+    )
 
 
 def render_shares(counts: list[int]) -> list[int]:
@@ -277,6 +315,7 @@ class CapacityPlan:
     n_layer: int = 0
     largest: dict[bool, int] = field(default_factory=dict)  # kv_unified -> the largest context whose auto split fits
     n_ctx_train: int = 0
+    draft: DraftMemory | None = None
 
     @property
     def fits(self) -> bool:
@@ -303,6 +342,15 @@ class CapacityPlan:
             f"host memory of the coordinator: {self.host_bytes / GIB:.2f}G (token embeddings"
             f"{f', {kept} layers not offloaded' if kept else ''})"
         )
+        d = self.draft
+        if d:
+            where = "the coordinator's CPU (host memory)" if d.device == speculation.CPU else f"{d.device}"
+            kv = f"{d.kv / GIB:.2f}G KV (f16)" if d.counted else "KV not counted (architecture unknown to the planner)"
+            rows.append(
+                f"draft model ({d.kind}) on {where}: {d.weights / GIB:.2f}G weights, {kv}"
+                + (f", {d.reserve / GIB:.2f}G reserve" if d.reserve else "")
+                + f"; its token embeddings {d.input_bytes / GIB:.2f}G in host memory"
+            )
         if self.placements and self.placements[0].mmproj:
             rows.append(
                 f"vision projector (mmproj): {self.placements[0].mmproj / GIB:.2f}G on "
@@ -334,7 +382,7 @@ class CapacityPlan:
 
 CPU_DEVICE_BANDWIDTH = 40e9  # a CPU rpc-server's memory, roughly (DDR4 dual channel); no fit check on CPUs
 ROPE_FLAGS = ("--rope-scaling", "--rope-scale", "--yarn-", "--rope-freq")  # context stretched past the trained length
-SPECULATIVE_FLAGS = ("--spec-type", "-md", "--model-draft", "--draft", "--draft-max", "-mtp", "--mtp")
+SPECULATIVE_FLAGS = ("--spec-", "-md", "--model-draft", "-devd", "--device-draft", "-ngld", "--gpu-layers-draft")
 
 
 def devices_of(cluster, reported: dict[str, list[int]] | None = None) -> list[Device]:
@@ -388,7 +436,11 @@ def context_of(settings) -> Context:
 
 
 def plan_cluster(
-    cluster, model: ModelInfo, reported: dict[str, list[int]] | None = None, mmproj_bytes: int = 0
+    cluster,
+    model: ModelInfo,
+    reported: dict[str, list[int]] | None = None,
+    mmproj_bytes: int = 0,
+    draft: ModelInfo | None = None,
 ) -> CapacityPlan:
     s = cluster.settings
     devices = devices_of(cluster, reported)
@@ -430,9 +482,19 @@ def plan_cluster(
     if not model.kv_modeled:
         for p in placements:
             p.kv = 0
+    drafted = None
+    if draft is not None:
+        kind = s["llama_spec_type"] or speculation.type_of_draft(draft)
+        drafted = draft_memory(draft, kind, speculation.draft_device(cluster), context)
+        host_bytes += drafted.input_bytes
+        on = [p for p in placements if p.device.name == drafted.device]
+        if on:
+            on[0].draft = drafted.on_device
+        else:  # the CPU
+            host_bytes += drafted.on_device
     for p in placements:
         if p.device.vram_bytes and not p.fits and model.kv_modeled:
-            need = p.weights + p.kv + p.reserve + p.mmproj
+            need = p.weights + p.kv + p.reserve + p.mmproj + p.draft
             problems.append(
                 f"{context.ctx // 1024}K context with {context.type_k} KV needs {need / GIB:.1f} GiB on the "
                 f"{p.device.gpu} ({p.device.name}, {p.device.host}), it has {p.device.usable / GIB:.1f}"
@@ -459,9 +521,16 @@ def plan_cluster(
             f"for: expected at most {model.n_ctx_train} per request (or rope scaling, e.g. --rope-scaling "
             "yarn, in llama_extra_args)"
         )
-    if any(flag in s["llama_extra_args"] for flag in SPECULATIVE_FLAGS):
+    if any(a.startswith(SPECULATIVE_FLAGS) for a in s["llama_extra_args"]):
         warnings.append(
-            "speculative decoding / MTP with RPC devices: measured slower, not faster on the RTX 4080 + RTX 5060 Ti pair (the article's measurements)"
+            "speculative flags in llama_extra_args: set llama_spec_* instead, which check the draft against the "
+            "model and keep it off the network (a draft that follows --device waits on every worker for each "
+            "drafted token: the article's MTP, 0.5x over RPC)"
+        )
+    if drafted and drafted.device != speculation.CPU and drafted.device not in cluster.local_devices:
+        warnings.append(
+            f"the draft model runs on {drafted.device}, a worker's device (llama_spec_draft_device): each drafted "
+            "token waits on the network"
         )
     largest = {}
     if model.kv_modeled and devices and all(d.vram_bytes for d in devices) and ngl >= model.n_layer + 1:
@@ -481,6 +550,7 @@ def plan_cluster(
         context=context if model.kv_modeled else None,
         largest=largest,
         n_ctx_train=model.n_ctx_train,
+        draft=drafted,
     )
 
 
@@ -544,10 +614,14 @@ def command(args) -> int:
         mmproj = (default and args.mmproj) or (
             view.settings["llama_mmproj_path"] and Path(view.settings["llama_mmproj_path"])
         )
+        draft = (default and args.draft) or (
+            view.settings["llama_spec_draft_path"] and Path(view.settings["llama_spec_draft_path"])
+        )
         read = {}
         for what, path, reader in (
             ("--model", model, gguf_header.read_model),
             ("--mmproj", mmproj, gguf_header.projector_bytes),
+            ("--draft", draft, gguf_header.read_model),
         ):
             if not path:
                 continue
@@ -563,7 +637,11 @@ def command(args) -> int:
             except Exception as error:  # not a GGUF file, cut short, a shard missing
                 print(f"error: {what} {path}: not a readable GGUF file: {error}", file=sys.stderr)
                 return 2
-        capacity = plan_cluster(view, read["--model"], mmproj_bytes=read.get("--mmproj", 0))
+        problem = speculation.files_problem(view.settings["llama_spec_type"], read["--model"], read.get("--draft"))
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+        capacity = plan_cluster(view, read["--model"], mmproj_bytes=read.get("--mmproj", 0), draft=read.get("--draft"))
         if cluster.router:
             print(f"model {name!r}{' (loaded at start)' if default else ''}:")
         print(capacity.table())

@@ -18,7 +18,7 @@ from pathlib import PurePosixPath
 
 import jinja2
 
-from . import programs, quoting, tunnel
+from . import programs, quoting, speculation, tunnel
 from .roles import (
     API_KEY_PATH,
     CACHE_PRUNE_TIMER,
@@ -116,14 +116,14 @@ def device_options(me: ClusterHost) -> list[str]:
 def model_folders(cluster: Cluster) -> list[tuple[str, str]]:
     """(folder on the coordinator, where llama-server's container sees it), for every model and projector
     file: llama_model_path's folder at /models, llama_mmproj_path's at /mmproj, any other folder of a
-    model of llama_models at /models-2, /models-3, ..."""
+    model of llama_models or of a draft model at /models-2, /models-3, ..."""
     s = cluster.settings
     folders = [(str(PurePosixPath(s["llama_model_path"]).parent), "/models")]
     if s["llama_mmproj_path"]:
         folders.append((str(PurePosixPath(s["llama_mmproj_path"]).parent), MMPROJ_MOUNT))
-    for name in cluster.served_models():
-        for key in ("llama_model_path", "llama_mmproj_path"):
-            path = cluster.for_model(name).settings[key]
+    for name in cluster.served_models() or [None]:
+        for key in ("llama_model_path", "llama_mmproj_path", "llama_spec_draft_path"):
+            path = (cluster.for_model(name) if name else cluster).settings[key]
             if path and str(PurePosixPath(path).parent) not in [f for f, _ in folders]:
                 folders.append((str(PurePosixPath(path).parent), f"/models-{len(folders)}"))
     return folders
@@ -156,7 +156,8 @@ def model_options(cluster: Cluster, folders: list[tuple[str, str]]) -> tuple[lis
         ("--cache-type-v", s["llama_cache_type_v"]),
         ("--flash-attn", s["llama_flash_attn"]),
     ]
-    return files, fit
+    draft_files, speculative = speculation.options(cluster, lambda path: _inside(folders, path, "/models"))
+    return files + draft_files, fit + speculative
 
 
 def models_preset(cluster: Cluster) -> str:

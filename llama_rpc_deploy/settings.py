@@ -193,6 +193,11 @@ PER_MODEL = (
     "llama_cache_type_v",
     "llama_flash_attn",
     "llama_n_gpu_layers",
+    "llama_spec_type",
+    "llama_spec_draft_path",
+    "llama_spec_draft_min",
+    "llama_spec_draft_max",
+    "llama_spec_draft_device",
 )
 MODEL_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"  # the request's "model" field; an INI section name
 
@@ -223,7 +228,20 @@ def _models_problem(value) -> str:
 
 MODELS = Check("a mapping of model names to settings", lambda v: not _models_problem(v), _models_problem)
 IMAGE_REF = _str(r"[a-z0-9][a-z0-9._/:@-]*", "a Docker image reference")
-BACKENDS = ("cuda", "vulkan", "cpu")  # image_backend: a llama.cpp build each (files/Dockerfile's GGML_BACKEND)
+BACKENDS = ("cuda", "vulkan", "cpu")
+# llama.cpp's speculative types (common/speculative.cpp); speculation.py says which reads a draft model
+SPEC_TYPES = (
+    "draft-simple",
+    "draft-eagle3",
+    "draft-mtp",
+    "draft-dflash",
+    "draft-dspark",
+    "ngram-mod",
+    "ngram-simple",
+    "ngram-map-k",
+    "ngram-map-k4v",
+    "ngram-cache",
+)  # image_backend: a llama.cpp build each (files/Dockerfile's GGML_BACKEND)
 
 
 @dataclass(frozen=True)
@@ -525,11 +543,53 @@ SETTINGS: tuple[Setting, ...] = (
         "server",
     ),
     S(
+        "llama_spec_type",
+        None,
+        _optional(_one_of(*SPEC_TYPES)),
+        "Speculative decoding: a model-free n-gram type (ngram-mod, ...) or a draft model's (draft-simple, "
+        "draft-eagle3, draft-mtp, draft-dflash, draft-dspark). None: the draft model's own (from its architecture), "
+        "or off without one. docs/speculative.md says which pays over RPC.",
+        "server",
+    ),
+    S(
+        "llama_spec_draft_path",
+        None,
+        _optional(MODEL_FILE),
+        "A draft model, a GGUF file on the coordinator (its folder is mounted read-only): a small model of the "
+        "target's vocabulary (draft-simple), an EAGLE-3 head or an MTP assistant. Checked against the target's "
+        "header before the deploy, and counted by the planner on the device it runs on.",
+        "server",
+    ),
+    S(
+        "llama_spec_draft_min",
+        None,
+        _optional(_int(0, 1024)),
+        "The fewest tokens a draft may propose (--spec-draft-n-min, ngram-mod's --spec-ngram-mod-n-min). None: "
+        "llama.cpp's default.",
+        "server",
+    ),
+    S(
+        "llama_spec_draft_max",
+        None,
+        _optional(_int(1, 1024)),
+        "The most tokens a draft proposes at once (--spec-draft-n-max, at most 64 for a draft model; ngram-mod's "
+        "--spec-ngram-mod-n-max). None: llama.cpp's default (3 for a draft model, 64 for ngram-mod).",
+        "server",
+    ),
+    S(
+        "llama_spec_draft_device",
+        None,
+        _optional(_str(r"[A-Za-z0-9_]+", "a device name like CUDA0, Vulkan0, RPC0 or CPU")),
+        "Where the draft model runs. None: the coordinator's own device (its last GPU, or its CPU), so that no "
+        "drafted token crosses the network. 'CPU', or a device of the cluster (RPC0 ... is a worker's).",
+        "server",
+    ),
+    S(
         "llama_extra_args",
         [],
         _str_list(),
-        "Extra llama-server arguments, one list item per word. Speculative decoding / MTP stays off "
-        "unless added here: over RPC it measured slower.",
+        "Extra llama-server arguments, one list item per word (speculative decoding has settings of its own: "
+        "llama_spec_*).",
         "server",
     ),
     S(

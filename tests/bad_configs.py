@@ -603,6 +603,69 @@ CASES = [
         on_coordinator('{"llama_cpp_ref": "0c1e570"}'),
         (C + "llama_cpp_ref = '0c1e570': expected a full 40-character commit",),
     ),
+    # speculative decoding (llama_rpc_deploy/speculation.py); what needs the files is in the lab's host cases
+    Bad(
+        "spec-type-unknown",
+        on_coordinator('{"llama_spec_type": "mtp"}'),
+        (C + "llama_spec_type = 'mtp': expected None or one of 'draft-simple', 'draft-eagle3', 'draft-mtp'",),
+    ),
+    Bad(
+        "spec-ngram-with-a-draft-model",
+        on_coordinator('{"llama_spec_type": "ngram-mod", "llama_spec_draft_path": "/models/lab.gguf"}'),
+        (C + "llama_spec_draft_path = '/models/lab.gguf': expected None with llama_spec_type = 'ngram-mod'",),
+    ),
+    Bad(
+        "spec-draft-type-without-a-draft",
+        on_coordinator('{"llama_spec_type": "draft-simple"}'),
+        (C + "llama_spec_type = 'draft-simple' needs a draft model: expected llama_spec_draft_path",),
+    ),
+    Bad(
+        "spec-draft-path-relative",
+        on_coordinator('{"llama_spec_draft_path": "draft.gguf"}'),
+        (C + "llama_spec_draft_path = 'draft.gguf': expected None or an absolute path",),
+    ),
+    Bad(
+        "spec-bounds-reversed",
+        on_coordinator('{"llama_spec_type": "ngram-mod", "llama_spec_draft_min": 8, "llama_spec_draft_max": 4}'),
+        (C + "llama_spec_draft_min = 8: expected at most llama_spec_draft_max (4)",),
+    ),
+    Bad(
+        "spec-draft-max-zero",
+        on_coordinator('{"llama_spec_type": "ngram-mod", "llama_spec_draft_max": 0}'),
+        (C + "llama_spec_draft_max = 0: expected None or an integer from 1 to 1024",),
+    ),
+    Bad(
+        "spec-draft-max-past-a-draft-model",
+        on_coordinator('{"llama_spec_draft_path": "/models/lab.gguf", "llama_spec_draft_max": 100}'),
+        (C + "llama_spec_draft_max = 100: expected at most 64 for a draft model",),
+    ),
+    Bad(
+        "spec-bounds-while-off",
+        on_coordinator('{"llama_spec_draft_max": 4}'),
+        (C + "llama_spec_draft_max = 4: expected None, as speculative decoding is off",),
+    ),
+    Bad(
+        "spec-bounds-on-a-type-without-them",
+        on_coordinator('{"llama_spec_type": "ngram-simple", "llama_spec_draft_max": 8}'),
+        (C + "llama_spec_draft_max = 8: expected None with llama_spec_type = 'ngram-simple'",),
+    ),
+    Bad(
+        "spec-draft-device-unknown",
+        on_coordinator('{"llama_spec_draft_path": "/models/lab.gguf", "llama_spec_draft_device": "CUDA0"}'),
+        (C + "llama_spec_draft_device = 'CUDA0': no such device in this cluster: expected one of RPC0",),
+    ),
+    Bad(
+        "spec-draft-device-without-a-draft",
+        on_coordinator('{"llama_spec_type": "ngram-mod", "llama_spec_draft_device": "CPU"}'),
+        (C + "llama_spec_draft_device = 'CPU': expected None without a draft model",),
+    ),
+    Bad(
+        "spec-per-model-type-unknown",
+        on_coordinator(
+            '{"llama_models": {"other": {"llama_model_path": "/models/lab.gguf", "llama_spec_type": "eagle"}}}'
+        ),
+        (C + "llama_models: other.llama_spec_type = 'eagle': expected None or one of",),
+    ),
 ]
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llama_rpc_deploy.gguf_header import ModelInfo
-from llama_rpc_deploy.plan import MIB, Context, Device, place
+from llama_rpc_deploy.plan import MIB, Context, Device, draft_memory, place
 
 from .families import FAMILIES
 
@@ -98,6 +98,46 @@ def grid(families=tuple(FAMILIES)) -> list[Case]:
     ]
 
 
+@dataclass(frozen=True)
+class DraftCase:
+    """A family as a draft model where the deploy puts one by default: whole on one device of its own (the
+    coordinator's last GPU, --spec-draft-ngl all; a loopback rpc-server stands in for it), with the target's context
+    and slots (llama-server fits a draft with these, common_fit_extra_model). (On a CPU llama.cpp counts no weights:
+    they stay mapped from the file.)"""
+
+    family: str
+    ctx: int
+    parallel: int
+
+    @property
+    def key(self) -> str:
+        return f"draft {self.family} c={self.ctx} np={self.parallel}"
+
+    def args(self, model: str, rpc: str = "") -> list[str]:
+        first = rpc.split(",")[0]
+        return [
+            "-m",
+            model,
+            "--rpc",
+            first,
+            "-ngl",
+            "999",
+            "-c",
+            str(self.ctx),
+            "-np",
+            str(self.parallel),
+            "--fit-print",
+            "on",
+        ]
+
+    def context(self) -> Context:
+        return Context(ctx=self.ctx, parallel=self.parallel)
+
+
+def draft_grid(families=tuple(FAMILIES)) -> list[DraftCase]:
+    return [DraftCase(f, ctx, np) for f in families for ctx in (4096, 32768) for np in (1, 4)]
+
+
 def parse(stdout: str) -> dict[str, dict[str, int]]:
     """llama-fit-params' lines 'DEVICE model context compute' (MiB) -> {device: {model, context, compute}}."""
     out = {}
@@ -146,10 +186,16 @@ def planned(model: ModelInfo, case: Case) -> dict[str, dict[str, float]]:
     return {p.device.name: {"model": p.weights / MIB, "context": p.kv / MIB} for p in placements}
 
 
-def mismatches(model: ModelInfo, case: Case, oracle: dict[str, dict[str, int]]) -> list[str]:
+def draft_planned(model: ModelInfo, case: DraftCase) -> dict[str, dict[str, float]]:
+    """The planner's figures for a draft on a device of its own (plan.draft_memory), in MiB."""
+    d = draft_memory(model, "draft-simple", "RPC0", case.context())
+    return {"RPC0": {"model": d.weights / MIB, "context": d.kv / MIB}, "Host": {"model": d.input_bytes / MIB}}
+
+
+def mismatches(model: ModelInfo, case: Case | DraftCase, oracle: dict[str, dict[str, int]]) -> list[str]:
     """Every (device, figure) where the planner is off llama.cpp's by more than 3% (and 1 MiB)."""
     bad = []
-    mine = planned(model, case)
+    mine = draft_planned(model, case) if isinstance(case, DraftCase) else planned(model, case)
     if set(mine) - set(oracle):
         return [f"{case.key}: llama-fit-params printed no figures for {sorted(set(mine) - set(oracle))}: {oracle}"]
     for device, figures in mine.items():
@@ -168,18 +214,19 @@ def main(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         for name, write in FAMILIES.items():
             write(Path(folder) / f"{name}.gguf")
-        cases = grid()
-        stdout = subprocess.run(
-            ["sh", "-c", script(cases, folder, str(Path(bin_dir).resolve()))],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    found = results(stdout)
-    write_figures(Path(out), {c.key: found.get(c.key) for c in cases})
+        for cases, path in ((grid(), Path(out)), (draft_grid(), Path(out).with_name(DRAFTS_RECORDED.name))):
+            stdout = subprocess.run(
+                ["sh", "-c", script(cases, folder, str(Path(bin_dir).resolve()))],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            found = results(stdout)
+            write_figures(path, {c.key: found.get(c.key) for c in cases})
 
 
 RECORDED = Path(__file__).with_name("oracle_fit_params.json")
+DRAFTS_RECORDED = Path(__file__).with_name("oracle_draft_fit_params.json")
 
 
 def write_figures(path: Path, figures: dict) -> None:

@@ -10,7 +10,7 @@ from pathlib import PurePosixPath
 from pyinfra import host, inventory, logger
 from pyinfra.facts.files import Directory, File
 
-from .. import facts, gguf_header, plan
+from .. import facts, gguf_header, plan, speculation
 from ..cluster import SERVICE_USER, wide_clients
 from ..refusal import refuse
 from ..settings import COORDINATOR, WORKERS, SettingsError
@@ -123,18 +123,28 @@ def settle(run: Run) -> None:
             refuse(str(error))
     for name in cluster.model_names():
         view = cluster.for_model(name)
-        for key in ("llama_model_path", "llama_mmproj_path"):
+        for key in MODEL_FILES:
             if view.settings[key]:
                 file_is_readable(view.coordinator, key)
-    splits = {}
+    settled = []
     for name in cluster.model_names():  # one model: no name in the log lines and errors, as before llama_models
-        view = cluster.for_model(name)
-        capacity = model_fits(view, name if cluster.router else None)
+        view, model = cluster.for_model(name), name if cluster.router else None
+        capacity = model_fits(view, model)
         if view.settings["llama_tensor_split"] == "auto":
-            splits[name if cluster.router else None] = capacity.split
-    for name, split in splits.items():
-        cluster = cluster.with_split(split, name)
+            settled.append(("llama_tensor_split", capacity.split, model))
+        if capacity.draft and not view.settings["llama_spec_type"]:  # the draft's own type, as its file says
+            settled.append(("llama_spec_type", capacity.draft.kind, model))
+    for key, value, model in settled:
+        cluster = cluster.with_setting(key, value, model)
     run.settle(replace(run.deployment, cluster=cluster))
+
+
+# the files of a model on the coordinator, and how the planner reads each one's header
+MODEL_FILES = {
+    "llama_model_path": gguf_header.read_model,
+    "llama_mmproj_path": gguf_header.projector_bytes,
+    "llama_spec_draft_path": gguf_header.read_model,
+}
 
 
 def file_is_readable(me, key: str) -> None:
@@ -156,7 +166,7 @@ def model_fits(cluster, name: str | None) -> plan.CapacityPlan:
     """The planner on one model's header, read on the coordinator (this host), with that model's settings: its table in
     the log, and a refusal of what won't fit."""
     models = {}
-    for key, read in (("llama_model_path", gguf_header.read_model), ("llama_mmproj_path", gguf_header.projector_bytes)):
+    for key, read in MODEL_FILES.items():
         path = cluster.settings[key]
         if not path:
             continue
@@ -172,8 +182,17 @@ def model_fits(cluster, name: str | None) -> plan.CapacityPlan:
         for h in cluster.hosts
         if h.gpus and h.backend == "cuda"
     }
+    draft = models.get("llama_spec_draft_path")
+    problem = speculation.files_problem(cluster.settings["llama_spec_type"], models["llama_model_path"], draft)
+    if problem:
+        key = "llama_spec_draft_path" if draft else "llama_spec_type"
+        refuse((f"model {name!r}: " if name else "") + f"{cluster.coordinator.origins[key]}: {problem}")
     capacity = plan.plan_cluster(
-        cluster, models["llama_model_path"], reported=reported, mmproj_bytes=models.get("llama_mmproj_path", 0)
+        cluster,
+        models["llama_model_path"],
+        reported=reported,
+        mmproj_bytes=models.get("llama_mmproj_path", 0),
+        draft=draft,
     )
     for line in capacity.table().splitlines():
         logger.info(f"    [plan{f' {name}' if name else ''}] {line}")

@@ -154,7 +154,7 @@ def test_sliding_window_makes_128k_fit_where_dense_does_not(gemma27b):
     assert plan.fits, plan.problems
 
 
-def test_plan_warns_on_quantized_kv_that_is_not_needed_and_on_speculative_decoding(gemma27b):
+def test_plan_warns_on_quantized_kv_that_is_not_needed_and_on_speculative_flags_past_the_settings(gemma27b):
     plan = plan_cluster(
         cluster(
             all_data={
@@ -167,7 +167,7 @@ def test_plan_warns_on_quantized_kv_that_is_not_needed_and_on_speculative_decodi
         gemma27b,
     )
     assert any("although f16 fits" in w for w in plan.warnings)
-    assert any("speculative decoding" in w for w in plan.warnings)
+    assert any("speculative flags in llama_extra_args: set llama_spec_* instead" in w for w in plan.warnings)
 
 
 def test_partial_offload_keeps_the_first_layers_on_the_host(llama8b):

@@ -165,3 +165,53 @@ def test_an_extra_group_of_workers_only_refuses_a_setting_only_the_coordinator_r
         r"only the coordinator reads it, and this applies to the workers only",
     ):
         offline_cluster(inventory)
+
+
+DRAFT = "/models/draft.gguf"
+SMALL = dict(n_layer=1, n_embd=64, n_head=2, n_head_kv=1, n_ff=128)
+
+
+def with_headers(folder: Path, draft: str):
+    """The facts, with the model and the draft (facts.GgufHeader at MODEL and DRAFT) of the lab's kinds: the
+    sentence model, and a draft of its vocabulary ('same') or of another ('other', write_model's)."""
+    from lab.testmodel import Shape, write_model, write_sentence_model
+
+    headers = {
+        MODEL: write_sentence_model(folder / "model.gguf", Shape(**SMALL)).read_bytes(),
+        DRAFT: (write_sentence_model if draft == "same" else write_model)(
+            folder / "draft.gguf", Shape(**SMALL, seed=7)
+        ).read_bytes(),
+    }
+
+    def around(get_fact):
+        def read(host, fact, *args, **kwargs):
+            header = headers.get(kwargs.get("path")) if fact.__name__ == "GgufHeader" else None
+            if header is not None:
+                return len(header), header[: kwargs.get("limit", len(header))]
+            return get_fact(host, fact, *args, **kwargs)
+
+        return over_ssh(read)
+
+    return around
+
+
+def test_the_coordinator_settles_the_drafts_type_from_its_header(tmp_path, monkeypatch):
+    """llama_spec_draft_path alone: the type is the draft file's (a llama model: draft-simple), read on the
+    coordinator before any change, and it reaches the launch script."""
+    from llama_rpc_deploy.render import llama_server_args
+
+    extra = f'coordinator[0][1].update(llama_spec_draft_path="{DRAFT}", llama_ctx_size=4096)\n'
+    state = prepare(tmp_path, monkeypatch, {}, extra=extra, facts=with_headers(tmp_path, "same"))
+    cluster = state.llama_rpc_run.deployment.cluster
+    assert cluster.settings["llama_spec_type"] == "draft-simple"
+    assert "--spec-type draft-simple" in llama_server_args(cluster, api_key=False)
+
+
+def test_a_draft_of_another_vocabulary_is_refused_on_the_coordinator_before_any_change(tmp_path, monkeypatch):
+    from llama_rpc_deploy.refusal import Refusal
+
+    extra = f'coordinator[0][1].update(llama_spec_draft_path="{DRAFT}", llama_ctx_size=4096)\n'
+    with pytest.raises(Refusal) as refusal:
+        prepare(tmp_path, monkeypatch, {}, extra=extra, facts=with_headers(tmp_path, "other"))
+    message = refusal.value.format_message()
+    assert f"(host {COORDINATOR}): the draft {DRAFT} has other token texts than the target's: expected " in message

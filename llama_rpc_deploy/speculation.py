@@ -1,0 +1,177 @@
+"""Speculative decoding: which kind, with which draft, where the draft runs, and what llama-server gets for it.
+
+The settings (settings.py; a model of llama_models may set its own): llama_spec_type, llama_spec_draft_path,
+llama_spec_draft_min, llama_spec_draft_max, llama_spec_draft_device. They are checked twice, each refusal one line:
+- the settings alone, before connecting (`settings_problem`, from cluster_checks): a type llama.cpp has, a draft
+  model where the type reads one and none where it does not, bounds in range, a device the cluster has;
+- the model files' headers, on the coordinator before any change (`files_problem`, from phases/checks.settle):
+  the draft's architecture serves the type, and its vocabulary is the target's. llama-server itself only logs a
+  mismatch and serves without drafting, so the deploy refuses it.
+
+Where the draft runs: on the coordinator's own device by default (its last GPU, or its CPU), never on a worker
+unless asked. A draft that follows --device (llama.cpp's default) is split across the workers, and each drafted
+token then costs a network round trip per worker (docs/speculative.md).
+"""
+
+from __future__ import annotations
+
+from .gguf_header import ModelInfo
+from .settings import SPEC_TYPES
+
+DRAFT_MODEL_TYPES = tuple(t for t in SPEC_TYPES if t.startswith("draft-"))  # they read a draft model
+NGRAM_TYPES = tuple(t for t in SPEC_TYPES if t.startswith("ngram-"))  # they read the text so far
+MAX_DRAFT_TOKENS = 64  # a draft model's tokens are drafted one pass each, in turn: more is never faster
+VOCAB_SIZE_SLACK = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE
+CPU = "CPU"  # llama_spec_draft_device: the coordinator's CPU (llama-server's --spec-draft-device none)
+KEYS = ("llama_spec_type", "llama_spec_draft_path", "llama_spec_draft_min", "llama_spec_draft_max")
+DEVICE_KEY = "llama_spec_draft_device"
+
+
+def enabled(settings: dict) -> bool:
+    return bool(settings["llama_spec_type"] or settings["llama_spec_draft_path"])
+
+
+def bound_flags(kind: str | None) -> tuple[str, str] | None:
+    """llama-server's (min, max) flags for the draft-token bounds of a type (None: a draft model's, the type not
+    yet read from its file), or None for a type that takes none."""
+    if kind is None or kind in DRAFT_MODEL_TYPES:
+        return "--spec-draft-n-min", "--spec-draft-n-max"
+    if kind == "ngram-mod":
+        return "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max"
+    return None
+
+
+def draft_device(cluster) -> str:
+    """Where the draft model runs: llama_spec_draft_device, or else the coordinator's own last device (its last GPU,
+    which holds the target's last layers and output), or its CPU."""
+    chosen = cluster.settings[DEVICE_KEY]
+    if chosen:
+        return chosen
+    return cluster.local_devices[-1] if cluster.local_devices else CPU
+
+
+def settings_problem(cluster) -> str:
+    """What is wrong with one model's speculative settings, read alone ('' when nothing is)."""
+    s, origins = cluster.settings, cluster.coordinator.origins
+    kind, draft, low, high = (s[k] for k in KEYS)
+
+    def where(key: str) -> str:
+        return f"{origins[key]}: {key} = {s[key]!r}"
+
+    if kind in NGRAM_TYPES and draft:
+        return (
+            f"{where('llama_spec_draft_path')}: expected None with llama_spec_type = {kind!r} "
+            "(n-gram drafting reads the text so far, no model)"
+        )
+    if kind in DRAFT_MODEL_TYPES and kind != "draft-mtp" and not draft:
+        return (
+            f"{where('llama_spec_type')} needs a draft model: expected llama_spec_draft_path, a GGUF file on the "
+            "coordinator"
+        )
+    for key in ("llama_spec_draft_min", "llama_spec_draft_max", DEVICE_KEY):
+        if s[key] is not None and not enabled(s):
+            return f"{where(key)}: expected None, as speculative decoding is off (llama_spec_type and llama_spec_draft_path are None)"
+    if (low is not None or high is not None) and bound_flags(kind) is None:
+        key = "llama_spec_draft_min" if low is not None else "llama_spec_draft_max"
+        return (
+            f"{where(key)}: expected None with llama_spec_type = {kind!r}, which takes no draft-token bounds here "
+            "(only draft-* and ngram-mod do; its own flags go in llama_extra_args)"
+        )
+    if low is not None and high is not None and low > high:
+        return f"{where('llama_spec_draft_min')}: expected at most llama_spec_draft_max ({high})"
+    if high is not None and (kind is None or kind in DRAFT_MODEL_TYPES) and high > MAX_DRAFT_TOKENS:
+        return (
+            f"{where('llama_spec_draft_max')}: expected at most {MAX_DRAFT_TOKENS} for a draft model, which drafts "
+            "one token per pass, in turn"
+        )
+    device = s[DEVICE_KEY]
+    if device is not None:
+        if not draft:
+            return f"{where(DEVICE_KEY)}: expected None without a draft model (llama_spec_draft_path)"
+        known = [*cluster.devices, CPU]
+        if device not in known:
+            return f"{where(DEVICE_KEY)}: no such device in this cluster: expected one of {', '.join(known)}"
+    return ""
+
+
+def type_of_draft(draft: ModelInfo) -> str:
+    """The type a draft file serves, from its architecture and heads, as llama.cpp would pick it
+    (common_speculative_types_from_gguf, and each type's loader)."""
+    if draft.arch == "eagle3":
+        return "draft-eagle3"
+    if draft.arch == "dflash":
+        return "draft-dspark" if draft.markov_head else "draft-dflash"
+    if draft.arch == "gemma4-assistant" or draft.mtp_head:
+        return "draft-mtp"
+    return "draft-simple"
+
+
+def files_problem(kind: str | None, target: ModelInfo, draft: ModelInfo | None) -> str:
+    """What is wrong with a type, its target and its draft, read from their headers ('' when nothing is). The caller
+    prefixes where the setting came from."""
+    if draft is None:
+        if kind == "draft-mtp" and not target.mtp_head:
+            return (
+                f"llama_spec_type = 'draft-mtp' without a draft model needs the target's own MTP head, and "
+                f"{target.path} ({target.arch}) has none (no blk.{target.n_layer - 1}.nextn.eh_proj): expected "
+                "llama_spec_draft_path, an MTP draft (a Gemma 4 assistant)"
+            )
+        return ""
+    served = type_of_draft(draft)
+    if kind and kind != served and not (kind == "draft-simple" and served == "draft-mtp" and draft.mtp_head):
+        return (
+            f"llama_spec_type = {kind!r}, but the draft {draft.path} is architecture {draft.arch!r}, which serves "
+            f"{served!r}: expected llama_spec_type: {served} (or None, to take the draft's)"
+        )
+    if served == "draft-mtp" and draft.arch == "gemma4-assistant" and target.arch != "gemma4":
+        return (
+            f"the draft {draft.path} is a Gemma 4 assistant, which reads a gemma4 target's own memory, and "
+            f"{target.path} is {target.arch!r}: expected the assistant of this target"
+        )
+    if served == "draft-simple":
+        return vocab_problem(target, draft)
+    return ""
+
+
+def vocab_problem(target: ModelInfo, draft: ModelInfo) -> str:
+    """llama.cpp's own check of a draft-simple pair (common_speculative_are_compatible), from the headers."""
+    t, d = target.vocab, draft.vocab
+    if t is None or d is None:
+        return f"{(draft if d is None else target).path} has no vocabulary (tokenizer.ggml.model): expected one"
+    mismatch = ""
+    if t.model != d.model:
+        mismatch = f"tokenizer model {d.model!r}, the target's {t.model!r}"
+    elif (t.add_bos, t.bos if t.add_bos else None) != (d.add_bos, d.bos if d.add_bos else None):
+        mismatch = f"BOS (add {d.add_bos}, id {d.bos}), the target's (add {t.add_bos}, id {t.bos})"
+    elif (t.add_eos, t.eos if t.add_eos else None) != (d.add_eos, d.eos if d.add_eos else None):
+        mismatch = f"EOS (add {d.add_eos}, id {d.eos}), the target's (add {t.add_eos}, id {t.eos})"
+    elif t.tokens and d.tokens and abs(t.tokens.count - d.tokens.count) > VOCAB_SIZE_SLACK:
+        mismatch = f"{d.tokens.count} tokens, the target's {t.tokens.count} (llama.cpp allows {VOCAB_SIZE_SLACK} apart)"
+    elif t.tokens and d.tokens and not t.tokens.agrees(d.tokens):
+        mismatch = "other token texts than the target's"
+    if not mismatch:
+        return ""
+    return (
+        f"the draft {draft.path} has {mismatch}: expected the target's vocabulary (llama-server would log the "
+        "mismatch and serve without drafting)"
+    )
+
+
+def options(cluster, folders_inside) -> tuple[list[tuple], list[tuple]]:
+    """llama-server's options for one model's speculation, as (option, value) (value None for a flag): its file,
+    then the rest. folders_inside(path) is where llama-server's container sees a file."""
+    s = cluster.settings
+    if not enabled(s):
+        return [], []
+    kind, draft, low, high = (s[k] for k in KEYS)
+    files = [("--spec-draft-model", folders_inside(draft))] if draft else []
+    rest = [("--spec-type", kind)] if kind else []
+    flags = bound_flags(kind)
+    if flags:
+        rest += [(flag, value) for flag, value in zip(flags, (low, high)) if value is not None]
+    if draft:
+        device = draft_device(cluster)
+        rest += [("--spec-draft-device", "none" if device == CPU else device)]
+        if device != CPU:
+            rest += [("--spec-draft-ngl", "all")]
+    return files, rest
