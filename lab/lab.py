@@ -34,7 +34,7 @@ from pathlib import Path
 from llama_rpc_deploy.settings import BY_NAME, EVERY_HOST, ROLES
 from llama_rpc_deploy.source import sha256_file
 
-from .testmodel import Shape, write_sentence_model
+from .testmodel import Shape, write_draft_model, write_model, write_random_sentence_model, write_sentence_model
 
 PROJECT = Path(__file__).resolve().parent.parent  # the checkout: lab/ sits at its top
 LAB_DIR = PROJECT / ".lab"
@@ -51,9 +51,11 @@ HOST_IMAGE = f"{PREFIX}/host:bookworm"
 SDIST = "llama-cpp-python==0.3.36"
 MODEL = "/models/lab.gguf"
 MODEL_SHAPE = Shape(n_layer=8, n_embd=512, n_head=8, n_head_kv=4, n_ff=1536)
+OTHER_VOCAB_SHAPE = Shape(n_layer=1, n_embd=64, n_head=2, n_head_kv=1, n_ff=128)
 # For speculative decoding (testmodel.write_draft_model, write_random_sentence_model), outside MODEL's folder
 DRAFT_MODEL = "/models-spec/draft.gguf"  # the sentence model's draft (llama-server -md, --spec-type draft-simple)
 RANDOM_MODEL = "/models-spec/random.gguf"  # a target on the same vocabulary whose text the draft does not predict
+OTHER_VOCAB_MODEL = "/models-spec/other-vocab.gguf"  # a draft of another vocabulary (write_model's): refused
 # Flags that let systemd and a nested dockerd run in a container without --privileged (checked on this machine).
 HOST_FLAGS = [
     "--cap-add",
@@ -393,14 +395,13 @@ def place_model(container: str) -> None:
     A different file there (an older lab's) is replaced, and a running llama-server restarted onto it.
 
     Beside it, in a folder of its own (tests list MODEL's folder), the models for speculative decoding:
-    DRAFT_MODEL, the sentence model's draft, and RANDOM_MODEL, a target on the same vocabulary whose
-    text the draft does not predict. Each is generated once into CACHE and copied when it differs."""
-    from .testmodel import write_draft_model, write_random_sentence_model
-
+    DRAFT_MODEL, the sentence model's draft, RANDOM_MODEL, a target on the same vocabulary whose
+    text the draft does not predict, and OTHER_VOCAB_MODEL, a draft of another vocabulary. Each is generated once into CACHE and copied when it differs."""
     models = [
         (CACHE / "lab-sentence.gguf", MODEL, lambda local: write_sentence_model(local, MODEL_SHAPE)),
         (CACHE / "lab-draft.gguf", DRAFT_MODEL, write_draft_model),
         (CACHE / "lab-random.gguf", RANDOM_MODEL, lambda local: write_random_sentence_model(local, MODEL_SHAPE)),
+        (CACHE / "lab-other-vocab.gguf", OTHER_VOCAB_MODEL, lambda local: write_model(local, OTHER_VOCAB_SHAPE)),
     ]
     for local, remote, write in models:
         if not local.exists():

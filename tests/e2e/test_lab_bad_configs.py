@@ -133,6 +133,27 @@ HOST_CASES = [
         ),
     ),
     Bad(
+        "spec-draft-missing-on-coordinator",
+        on_coordinator('{"llama_spec_draft_path": "/models-spec/missing.gguf"}'),
+        ("{c}: llama_spec_draft_path = '/models-spec/missing.gguf': no such file on the coordinator",),
+    ),
+    Bad(
+        "spec-draft-of-another-vocabulary",
+        on_coordinator(f'{{"llama_spec_draft_path": "{lab.OTHER_VOCAB_MODEL}"}}'),
+        (
+            f"{{c}}: the draft {lab.OTHER_VOCAB_MODEL} has other token texts than the target's: expected the "
+            "target's vocabulary (llama-server would log the mismatch and serve without drafting)",
+        ),
+    ),
+    Bad(
+        "spec-type-the-draft-cannot-serve",
+        on_coordinator(f'{{"llama_spec_draft_path": "{lab.DRAFT_MODEL}", "llama_spec_type": "draft-eagle3"}}'),
+        (
+            f"{{c}}: llama_spec_type = 'draft-eagle3', but the draft {lab.DRAFT_MODEL} is architecture 'llama', "
+            "which serves 'draft-simple': expected llama_spec_type: draft-simple",
+        ),
+    ),
+    Bad(
         "worker-sshd-unreachable",
         on_worker('{"transfer_ssh_port": 2}'),
         (
