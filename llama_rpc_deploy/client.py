@@ -39,9 +39,14 @@ def post(
 
 def get(cluster: Cluster, path: str, timeout: float = 10) -> dict:
     """GET, return the JSON reply (with the API key, when one is set)."""
+    return json.loads(get_text(cluster, path, timeout))
+
+
+def get_text(cluster: Cluster, path: str, timeout: float = 10) -> str:
+    """GET, return the reply's text (with the API key, when one is set): /metrics."""
     request = urllib.request.Request(server_url(cluster) + path, headers=headers(cluster))
     with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.load(response)
+        return response.read().decode()
 
 
 def model_field(cluster: Cluster, model: str | None = None) -> dict:

@@ -194,7 +194,7 @@ def llama_server_args(cluster: Cluster, api_key: bool) -> list[str]:
         line("--host", "127.0.0.1"),  # behind the front: front_files
         line("--port", s["llama_server_port"]),
         *([line("--api-key-file", API_KEY_MOUNT)] if api_key else []),
-        *([line("--metrics")] if s["llama_metrics"] else []),
+        *([line("--metrics")] if s["llama_metrics"] or speculation.anywhere(cluster) else []),
         line("--rpc", ",".join(cluster.rpc_endpoints)),
         line("--device", ",".join(cluster.devices)),
         *[line(o, v) if v is not None else line(o) for o, v in fit],

@@ -534,7 +534,13 @@ SETTINGS: tuple[Setting, ...] = (
         "can use it).",
         "server",
     ),
-    S("llama_metrics", False, BOOL, "Serve Prometheus metrics at /metrics.", "server"),
+    S(
+        "llama_metrics",
+        False,
+        BOOL,
+        "Serve Prometheus metrics at /metrics (on whenever a model speculates: `status` reads its acceptance there).",
+        "server",
+    ),
     S(
         "llama_log_verbosity",
         4,

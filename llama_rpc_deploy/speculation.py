@@ -31,6 +31,25 @@ def enabled(settings: dict) -> bool:
     return bool(settings["llama_spec_type"] or settings["llama_spec_draft_path"])
 
 
+def anywhere(cluster) -> bool:
+    """Some model the cluster serves speculates: llama-server then serves /metrics, where `status` reads the
+    drafted and accepted tokens."""
+    return any(enabled(cluster.for_model(name).settings) for name in cluster.model_names())
+
+
+METRICS = {  # llama-server's /metrics (tools/server/server-task.cpp): counters since it started
+    "drafted": "llamacpp:spec_decode_num_draft_tokens_total",
+    "accepted": "llamacpp:spec_decode_num_accepted_tokens_total",
+    "drafts": "llamacpp:spec_decode_num_drafts_total",
+}
+
+
+def counters(metrics: str) -> dict[str, int]:
+    """The drafted and accepted tokens, and the drafts, from llama-server's Prometheus text."""
+    values = dict(line.split()[:2] for line in metrics.splitlines() if line.startswith("llamacpp:") and " " in line)
+    return {what: int(float(values[name])) for what, name in METRICS.items() if name in values}
+
+
 def bound_flags(kind: str | None) -> tuple[str, str] | None:
     """llama-server's (min, max) flags for the draft-token bounds of a type (None: a draft model's, the type not
     yet read from its file), or None for a type that takes none."""

@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import client, load_report, render, roles
+from . import client, load_report, render, roles, speculation
 from .cluster import Cluster, ClusterHost
 from .loading import offline_cluster
 from .remote import ssh_runner
@@ -52,6 +52,7 @@ class HostStatus:
     projector_on: str | None = None
     api: str = ""  # "ok", or what went wrong
     front: dict = field(default_factory=dict)  # the front's figures (front_figures), on the coordinator
+    speculation: dict = field(default_factory=dict)  # {"type", "drafted", "accepted", "drafts"} (speculation_of)
 
     @property
     def ok(self) -> bool:
@@ -98,6 +99,9 @@ def host_script(cluster: Cluster, host: ClusterHost) -> str:
             f"echo '== log'; journalctl -u {shell(unit)} -o cat --no-pager -n 20000 2>/dev/null | "
             "grep -E 'buffer size|CLIP using|loaded meta data|load_model: loading' || true"
         )
+        lines.append(
+            f"echo '== spec'; grep -oE -- '--spec-type [a-z0-9-]+' {shell(mine.launch_script)} | head -n 1 || true"
+        )
         socket = shell(f"unix-connect:{roles.FRONT_SOCKET}")
         lines.append(f"echo '== front held'; echo 'show front' | socat -t 5 stdio {socket} 2>/dev/null || true")
         lines.append(f"echo '== front stat'; echo 'show stat' | socat -t 5 stdio {socket} 2>/dev/null || true")
@@ -132,6 +136,9 @@ def parse(name: str, role: str, output: str, cache_limit: int | None = None) -> 
     if "cache" in sections:
         text = " ".join(sections["cache"]).strip()
         status.cache_bytes = int(text) if text.isdigit() else None
+    spec = " ".join(sections.get("spec", [])).split()
+    if spec:
+        status.speculation = {"type": spec[-1]}
     if "front stat" in sections:
         status.front = front_figures(sections.get("front held", []), sections["front stat"])
     if "log" in sections:
@@ -194,6 +201,11 @@ def collect(cluster: Cluster, inventory: Path) -> list[HostStatus]:
         coordinator.api = "ok" if health.get("status") == "ok" else f"/health says {health}"
     except Exception as error:  # refused, timed out, 503 while loading
         coordinator.api = f"no answer ({error})"
+    if coordinator.api == "ok" and coordinator.speculation and not cluster.router:
+        try:  # the drafted and accepted tokens since llama-server started (it serves /metrics when it speculates)
+            coordinator.speculation.update(speculation.counters(client.get_text(cluster, "/metrics", timeout=10)))
+        except Exception as error:  # a restart under way
+            coordinator.speculation["metrics"] = f"no answer ({error})"
     return out
 
 
@@ -223,6 +235,15 @@ def table(hosts: list[HostStatus]) -> str:
             rows.append(f"  {device:<40} weights {mib['model']:9.2f} MiB  KV {mib['kv']:9.2f} MiB")
         if h.projector_on:
             rows.append(f"  vision projector on {h.projector_on}")
+        if h.speculation:
+            s = h.speculation
+            drafted, accepted = s.get("drafted", 0), s.get("accepted", 0)
+            share = f" ({accepted / drafted:.0%})" if drafted else ""
+            rows.append(
+                f"  speculative decoding: {s['type']}: {accepted} of {drafted} drafted tokens accepted{share}, "
+                f"{s.get('drafts', 0)} drafts since llama-server started"
+                + (f" (metrics: {s['metrics']})" if "metrics" in s else "")
+            )
         if h.front:
             f = h.front
             rows.append(

@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 
-from llama_rpc_deploy import render, roles, status
+from llama_rpc_deploy import speculation, render, roles, status
 
 from .helpers import cluster
 
@@ -189,3 +189,19 @@ def test_the_deployed_units_are_the_ones_render_writes():
     )
     assert worker - started_by_a_timer == set(DEPLOYED_UNITS["workers"])
     assert coordinator == set(DEPLOYED_UNITS["coordinator"])
+
+
+def test_the_speculative_type_and_its_acceptance():
+    """The type from the deployed launch script, the counters from llama-server's /metrics (its own words)."""
+    c = status.parse("10.0.0.10", "coordinator", "== spec\n--spec-type draft-simple\n")
+    metrics = (
+        "# HELP llamacpp:spec_decode_num_draft_tokens_total Number of draft tokens\n"
+        "llamacpp:spec_decode_num_draft_tokens_total 64\n"
+        "llamacpp:spec_decode_num_accepted_tokens_total 41\n"
+        "llamacpp:spec_decode_num_drafts_total 22\n"
+        'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 18\n'
+    )
+    c.speculation.update(speculation.counters(metrics))
+    assert c.speculation == {"type": "draft-simple", "drafted": 64, "accepted": 41, "drafts": 22}
+    assert "speculative decoding: draft-simple: 41 of 64 drafted tokens accepted (64%), 22 drafts" in status.table([c])
+    assert status.parse("10.0.0.10", "coordinator", "== spec\n").speculation == {}
