@@ -7,6 +7,11 @@ and the wall clock (all streams together). The ceiling is the capacity planner's
 one stream (every weight read once per token); parallel streams share those reads, so together they
 may pass it. With llama_sleep_idle_seconds set, it also waits for the server to fall asleep and
 measures the time to the first token of the request that wakes it.
+
+What crosses the wire per generated token, per worker (wire.py): bytes each way and data segments down (the round
+trips' estimate), from the kernel's counters for llama-server's connection to each worker, read on the coordinator
+over SSH around a short and a long greedy completion. With speculation deployed, the drafted and accepted tokens
+of the long one too, so that a speculative mode and plain decoding (deployed in turn) read side by side.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from . import client
+from . import client, wire
 from .gguf_header import read_model, read_remote_model
 from .cluster import Cluster
 from .remote import ssh_runner
@@ -31,11 +36,12 @@ from .status import cache_bytes_command
 PROMPT = "The quick brown fox jumps over the lazy dog. "
 
 
-def model_header(cluster: Cluster, inventory: Path, local: Path | None):
-    """The model's GGUF header: from a local copy, or read on the coordinator over SSH (as the deploy does)."""
+def model_header(cluster: Cluster, inventory: Path, local: Path | None, key: str = "llama_model_path"):
+    """The GGUF header of the model (or of the file of `key`): from a local copy, or read on the coordinator over
+    SSH (as the deploy does)."""
     if local:
         return read_model(local)
-    fact, path = GgufHeader(), cluster.settings["llama_model_path"]
+    fact, path = GgufHeader(), cluster.settings[key]
     with ssh_runner(inventory) as run:
 
         def fetch(file, limit):
@@ -74,6 +80,39 @@ def time_to_first_token(
     if first is None:
         raise RuntimeError("the stream ended without a token")
     return first
+
+
+def wire_per_token(cluster: Cluster, inventory: Path, short: int = 16, long: int = 64) -> dict:
+    """Per generated token, per worker (its --rpc endpoint): the kernel's counters (wire.COUNTERS), from a short and
+    a long greedy completion of the same prompt; with the long one's drafted and accepted tokens."""
+    endpoints = cluster.rpc_endpoints
+    with ssh_runner(inventory) as run:
+
+        def counters() -> dict:
+            out = {}
+            for endpoint in endpoints:
+                result = run(cluster.coordinator.name, wire.command(endpoint), timeout=60)
+                result.check_returncode()
+                out[endpoint] = wire.parse(result.stdout)
+            return out
+
+        def completion(n: int) -> tuple[dict, dict]:
+            before = counters()
+            timings = client.complete(cluster, "Once upon a time", n, temperature=0, ignore_eos=True)["timings"]
+            return timings, wire.difference(before, counters())
+
+        completion(short)  # warm-up
+        t_short, d_short = completion(short)
+        t_long, d_long = completion(long)
+    tokens = t_long["predicted_n"] - t_short["predicted_n"]
+    return {
+        "tokens": tokens,
+        "per_token": {
+            e: {k: round(v, 2) for k, v in c.items()} for e, c in wire.per_token(d_short, d_long, tokens).items()
+        },
+        "drafted": t_long.get("draft_n", 0),
+        "accepted": t_long.get("draft_n_accepted", 0),
+    }
 
 
 def sleeping(cluster: Cluster) -> bool:
@@ -149,6 +188,15 @@ def table(result: dict) -> str:
             f"planner's ceiling   {result['ceiling_tokens_per_s']:>9.1f} tokens/s  "
             f"(one stream at {result['single_over_ceiling']:.2f}x of it)"
         )
+    w = result.get("wire")
+    if w:
+        lines.append(f"per generated token ({w['tokens']} tokens), per worker: bytes down, bytes up, segments down")
+        for endpoint, c in w["per_token"].items():
+            lines.append(
+                f"  {endpoint:<21} {c['bytes_received']:>10.0f} {c['bytes_acked']:>10.0f} {c['data_segs_in']:>8.2f}"
+            )
+        if w["drafted"]:
+            lines.append(f"  speculation: {w['accepted']} of {w['drafted']} drafted tokens accepted")
     lines.append("streams   total tokens/s   per stream   failed")
     for p in result["parallel"]:
         lines.append(
@@ -219,6 +267,7 @@ def run(
         raise ValueError(PLOT_HINT)
     plan = plan_cluster(cluster, model_header(cluster, inventory, model))
     result = measure(cluster, streams=streams, ceiling=plan.tokens_per_s or None, sleep_wait=sleep_wait)
+    result["wire"] = wire_per_token(cluster, inventory)
     result["tensor_cache"] = {
         name: (size, cluster.host(name).settings["rpc_cache_max_gib"] * 2**30)
         for name, size in cache_sizes(cluster, inventory).items()
