@@ -132,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     p_tune.add_argument(
         "--sweep", action="store_true", help="measure every split that fits instead (slow: a reference)"
     )
+    p_tune.add_argument(
+        "--only",
+        choices=("split", "speculation"),
+        help="one stage: the split, or (with llama_spec_* set) whether to speculate and with which draft-token maximum",
+    )
     p_tune.add_argument("--json", type=Path, help="write every measurement here")
     p_tune.add_argument("--png", type=Path, help="plot tokens/s per split here")
     p_tune.add_argument(

@@ -60,6 +60,46 @@ def bound_flags(kind: str | None) -> tuple[str, str] | None:
     return None
 
 
+LLAMA_BOUNDS = {  # llama.cpp's defaults (common/common.h: common_params_speculative)
+    "--spec-draft-n-min": 0,
+    "--spec-draft-n-max": 3,
+    "--spec-ngram-mod-n-min": 48,
+    "--spec-ngram-mod-n-max": 64,
+}
+NGRAM_MOD_MAX_TOKENS = 1024  # llama.cpp refuses more (common/arg.cpp)
+OFF = {key: None for key in (*KEYS, DEVICE_KEY)}  # the settings of a model that does not speculate
+
+
+def bounds(settings: dict) -> tuple[int, int] | None:
+    """The draft-token bounds (min, max) llama-server uses for these settings, llama.cpp's defaults where they are
+    None; None when speculation is off or its type takes no bounds."""
+    flags = bound_flags(settings["llama_spec_type"])
+    if not enabled(settings) or flags is None:
+        return None
+    low, high = settings["llama_spec_draft_min"], settings["llama_spec_draft_max"]
+    return (LLAMA_BOUNDS[flags[0]] if low is None else low, LLAMA_BOUNDS[flags[1]] if high is None else high)
+
+
+def with_max(settings: dict, n_max: int) -> dict:
+    """The settings that change these into at most n_max draft tokens (the minimum lowered to it where it is
+    above), or, for n_max 0, into no speculation at all."""
+    if n_max == 0:
+        return dict(OFF)
+    low, _ = bounds(settings)
+    return {"llama_spec_draft_min": min(low, n_max), "llama_spec_draft_max": n_max}
+
+
+def max_candidates(settings: dict) -> list[int]:
+    """What `tune` compares with the deployed speculation, in this order: off (0), then the deployed draft-token
+    maximum halved and doubled, within llama.cpp's range (a type without bounds: off only)."""
+    found = bounds(settings)
+    if found is None:
+        return [0]
+    high = found[1]
+    limit = NGRAM_MOD_MAX_TOKENS if settings["llama_spec_type"] == "ngram-mod" else MAX_DRAFT_TOKENS
+    return [0] + [n for n in (high // 2, high * 2) if 1 <= n <= limit and n != high]
+
+
 def draft_device(cluster) -> str:
     """Where the draft model runs: llama_spec_draft_device, or else the coordinator's own last device (its last GPU,
     which holds the target's last layers and output), or its CPU."""

@@ -14,6 +14,12 @@ Each measurement: after a warm-up, llama-server's own timings for a short-prompt
 (generation tokens/s of both, the long prompt's processing tokens/s). The search (search.search) compares
 candidates in alternation and keeps a move only when it is beyond the noise, then confirms the best against the
 deployed split. At the end, or on Ctrl-C, the deployed launch script is put back and llama-server restarted.
+
+When the model speculates (llama_spec_*), a second stage at the split the first one found measures whether to
+speculate at all, and with which draft-token maximum: off, the deployed maximum halved and doubled, each compared
+in turn with the best so far, the best then confirmed against the deployed settings (search.choose). Speculation
+pays only where the drafts are accepted, so this stage measures on tune's own prompts: a workload of your own may
+accept more or fewer.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import client, plan, render, roles
+from .. import client, plan, render, roles, speculation
 from ..bench import PLOT_HINT, can_plot, long_prompt, model_header
 from ..cluster import Cluster
 from ..loading import data_overrides, offline_cluster
@@ -120,9 +126,10 @@ class Server:
     run: Callable  # deployment.ssh_runner's
     layout: Layout
     overrides: dict = field(default_factory=dict)  # --data, as the deploy had it
+    extra: dict = field(default_factory=dict)  # settings of the candidate beside its split (the speculation stage's)
     deployed_script: str = ""
     image: str = ""
-    loaded: tuple[int, ...] | None = None
+    loaded: tuple | None = None  # (split, extra's items) of what llama-server runs now
     switch_seconds: list[float] = field(default_factory=list)
 
     @property
@@ -150,11 +157,13 @@ class Server:
                 "(with these --data) renders: expected the settings deployed; deploy first, or "
                 "give tune the deploy's --data"
             )
-        self.loaded = split
+        self.loaded = (split, ())
 
     def script(self, split: tuple[int, ...]) -> str:
-        cluster = offline_cluster(self.inventory, overrides={**self.overrides, **self.layout.settings(split)})
-        return render.coordinator_files(cluster, self.image)[self.script_path]
+        overrides = {**self.overrides, **self.layout.settings(split), **self.extra}
+        return render.coordinator_files(offline_cluster(self.inventory, overrides=overrides), self.image)[
+            self.script_path
+        ]
 
     def restart_with(self, text: str, bound: float) -> None:
         path = shlex.quote(self.script_path)
@@ -167,11 +176,12 @@ class Server:
             raise RuntimeError(f"llama-server did not serve within {bound:.0f} s of its restart")
 
     def switch(self, split: tuple[int, ...]) -> None:
-        if split == self.loaded:
+        wanted = (split, tuple(sorted(self.extra.items())))
+        if wanted == self.loaded:
             return
         began = time.monotonic()
         self.restart_with(self.script(split), self.cluster.settings["llama_health_timeout"])
-        self.loaded = split
+        self.loaded = wanted
         self.switch_seconds.append(time.monotonic() - began)
 
     def restore(self) -> None:
@@ -189,6 +199,10 @@ class Report:
     sweep: dict | None = None  # split -> values, for an exhaustive sweep
     samples: list[dict] = field(default_factory=list)  # every measurement: split, generation, prompt, value
     switch_seconds: list[float] = field(default_factory=list)
+    speculation: search.TuneResult | None = None  # the speculation stage's, its keys (draft-token max,), 0 = off
+    spec_split: tuple[int, ...] | None = None  # the split it measured at
+    spec_samples: list[dict] = field(default_factory=list)  # its measurements: max, generation, prompt, value
+    spec_names: dict = field(default_factory=dict)  # (max,) -> what it means ("off", "deployed: max 3", ...)
 
     @property
     def places(self) -> list[str]:
@@ -222,7 +236,30 @@ class Report:
                 f"(95% interval {r.interval[0]:.3f} to {r.interval[1]:.3f}): {verdict}"
             )
             rows.append(f"search: {len(r.measurements)} measurements; {r.reason}")
+        rows += self.speculation_table()
         return "\n".join(rows)
+
+    def speculation_table(self) -> list[str]:
+        r = self.speculation
+        if r is None:
+            return []
+        by: dict[tuple, list[float]] = {}
+        for s in self.spec_samples:
+            by.setdefault((s["max"],), []).append(s["value"])
+        base = statistics.median(by.get(r.start, [0.0])) or None
+        rows = [
+            f"{'speculation at ' + str(list(self.spec_split)):<48} {'runs':>4} "
+            f"{self.objective + ' tokens/s':>22} {'vs deployed':>11}"
+        ]
+        for key, values in sorted(by.items(), key=lambda kv: -statistics.median(kv[1])):
+            m = statistics.median(values)
+            rows.append(f"{self.spec_names[key]:<48} {len(values):>4} {m:>22.1f} {(m / base if base else 0):>11.3f}")
+        verdict = "beyond the noise" if r.significant else "within the noise: nothing to change"
+        rows.append(
+            f"speculation: best {self.spec_names[r.best]}, {r.gain:.3f}x the deployed "
+            f"{self.spec_names[r.start]} (95% interval {r.interval[0]:.3f} to {r.interval[1]:.3f}): {verdict}"
+        )
+        return rows
 
     def to_json(self) -> str:
         r = self.result
@@ -238,6 +275,17 @@ class Report:
                 "reason": r.reason if r else None,
                 "samples": self.samples,
                 "switch_seconds": [round(s, 2) for s in self.switch_seconds],
+                "speculation": {
+                    "split": list(self.spec_split),
+                    "start": self.spec_names[self.speculation.start],
+                    "best": self.spec_names[self.speculation.best],
+                    "gain": self.speculation.gain,
+                    "interval": list(self.speculation.interval),
+                    "significant": self.speculation.significant,
+                    "samples": self.spec_samples,
+                }
+                if self.speculation
+                else None,
             },
             indent=1,
         )
@@ -288,6 +336,57 @@ def measurer(server: Server, report: Report, objective: str, log: Callable[[str]
     return measure
 
 
+def spec_names(settings: dict) -> dict[tuple[int], str]:
+    """What each key of the speculation stage means: (0,) off, (n,) at most n draft tokens; the deployed key first."""
+    found = speculation.bounds(settings)
+    kind = settings["llama_spec_type"] or "draft"
+    start = (found[1] if found else 1,)
+    names = {start: f"{kind}" + (f", max {found[1]}" if found else "") + " (deployed)"}
+    for n in speculation.max_candidates(settings):
+        names.setdefault((n,), "off" if n == 0 else f"{kind}, max {n}")
+    return names
+
+
+def spec_overrides(settings: dict, start: tuple[int], key: tuple[int]) -> dict:
+    """The settings beside the split for a key of the speculation stage (none for the deployed one)."""
+    return {} if key == start else speculation.with_max(settings, key[0])
+
+
+def tune_speculation(
+    server: Server, report: Report, split: tuple[int, ...], repeats: int, confirm: int, log: Callable[[str], None]
+) -> None:
+    """The speculation stage at split: report.speculation, report.spec_samples (the deployed settings restored in
+    server.extra when it returns or raises)."""
+    settings = server.cluster.settings
+    names = spec_names(settings)
+    start = next(iter(names))
+    report.spec_split, report.spec_names = split, names
+
+    def measure(key: tuple[int]) -> float:
+        server.extra = spec_overrides(settings, start, key)
+        server.switch(split)
+        s = sample(server.cluster)
+        value = s.value(report.objective)
+        report.spec_samples.append(
+            {
+                "max": key[0],
+                "generation": round(s.generation, 2),
+                "prompt": round(s.prompt, 2),
+                "value": round(value, 2),
+            }
+        )
+        log(f"  {names[key]}: {report.objective} {value:.1f} tokens/s")
+        return value
+
+    log(f"speculation at {list(split)}: {', '.join(names.values())}")
+    try:
+        report.speculation = search.choose(
+            start, [k for k in names if k != start], measure, repeats=repeats, confirm=confirm, log=log
+        )
+    finally:
+        server.extra = {}
+
+
 def run(
     inventory: Path,
     *,
@@ -298,11 +397,13 @@ def run(
     sweep: bool = False,
     model: Path | None = None,
     overrides: dict | None = None,
+    only: str | None = None,
     log: Callable[[str], None] = print,
 ) -> Report:
     """Tune (or, with sweep, measure every split that fits, `repeats` rounds, each round in a new order) on the
-    deployed cluster (as the inventory, with overrides as the deploy's --data, says); the deployed split is back in
-    place when it returns or raises."""
+    deployed cluster (as the inventory, with overrides as the deploy's --data, says), then, when the model
+    speculates, the speculation stage at the best split; `only` ("split" or "speculation") runs one stage. The
+    deployed launch script is back in place when it returns or raises."""
     if objective not in OBJECTIVES:
         raise ValueError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
     overrides = overrides or {}
@@ -312,6 +413,16 @@ def run(
             "tune measures one model's split: with llama_models (models on demand) set, expected "
             "llama_models empty while tuning (tune the model alone, then add the others)"
         )
+    if only == "speculation" and not speculation.enabled(cluster.settings):
+        raise ValueError(
+            "--only speculation: the model does not speculate (llama_spec_type and llama_spec_draft_path are "
+            "None): expected one of them set, as deployed"
+        )
+    if speculation.enabled(cluster.settings) and not cluster.settings["llama_spec_type"]:
+        # the deploy renders the draft's own type, read from its header (phases/checks.settle): so does tune
+        draft = model_header(cluster, inventory, None, "llama_spec_draft_path")
+        overrides = {**overrides, "llama_spec_type": speculation.type_of_draft(draft)}
+        cluster = offline_cluster(inventory, overrides=overrides)
     header = model_header(cluster, inventory, model)
     layout, start = layout_of(cluster, header)
     ok = lambda split: fits(cluster, header, layout, split)  # noqa: E731
@@ -323,7 +434,9 @@ def run(
         server.start(start)
         measure = measurer(server, report, objective, log)
         try:
-            if sweep:
+            if only == "speculation":
+                pass
+            elif sweep:
                 candidates = search.all_splits(sum(start), len(start), ok)
                 log(f"sweep: {len(candidates)} splits that fit, {repeats} rounds")
                 for r in range(repeats):
@@ -338,6 +451,9 @@ def run(
                 report.result = search.search(
                     start, ok, measure, budget=budget, repeats=repeats, confirm=confirm, log=log
                 )
+            if only != "split" and speculation.enabled(cluster.settings):
+                best = report.result.best if report.result else start
+                tune_speculation(server, report, best, repeats, confirm, log)
         finally:
             report.switch_seconds = server.switch_seconds
             log("putting the deployed split back")
@@ -345,22 +461,36 @@ def run(
     return report
 
 
-def apply(inventory: Path, report: Report) -> Path | None:
-    """Write the best split into the group_data file it belongs in (writeback), with what was measured and
-    when; None (nothing written) when the gain was within the noise."""
+def apply(inventory: Path, report: Report) -> list[Path]:
+    """Write the best split, and the speculation stage's best settings, into the group_data file each belongs in
+    (writeback), with what was measured and when: the files written (none when no gain was beyond the noise)."""
     from . import writeback
 
-    r = report.result
-    if r is None or not r.significant or r.best == r.start:
-        return None
-    path = writeback.target_file(offline_cluster(inventory), inventory, KEYS)
-    comment = (
-        f"{time.strftime('%Y-%m-%d')}, {report.objective} tokens/s {r.gain:.3f}x the split "
-        f"{list(r.start)} ({r.interval[0]:.3f} to {r.interval[1]:.3f}), layers per place: "
-        f"{', '.join(report.places)} = {list(r.best)}"
-    )
-    writeback.write_settings(path, report.layout.settings(r.best), comment)
-    return path
+    r, written = report.result, []
+    if r is not None and r.significant and r.best != r.start:
+        path = writeback.target_file(offline_cluster(inventory), inventory, KEYS)
+        comment = (
+            f"{time.strftime('%Y-%m-%d')}, {report.objective} tokens/s {r.gain:.3f}x the split "
+            f"{list(r.start)} ({r.interval[0]:.3f} to {r.interval[1]:.3f}), layers per place: "
+            f"{', '.join(report.places)} = {list(r.best)}"
+        )
+        writeback.write_settings(path, report.layout.settings(r.best), comment)
+        written.append(path)
+    s = report.speculation
+    if s is not None and s.significant and s.best != s.start:
+        cluster = offline_cluster(inventory)
+        values = speculation.with_max(cluster.settings, s.best[0])
+        path = writeback.target_file(
+            cluster, inventory, list(dict.fromkeys([*speculation.KEYS, *values]))
+        )  # where the others are
+        comment = (
+            f"{time.strftime('%Y-%m-%d')}, {report.objective} tokens/s {s.gain:.3f}x "
+            f"{report.spec_names[s.start]} ({s.interval[0]:.3f} to {s.interval[1]:.3f}): "
+            f"{report.spec_names[s.best]}"
+        )
+        writeback.write_settings(path, values, comment)
+        written.append(path)
+    return written
 
 
 def command(args) -> int:
@@ -377,6 +507,7 @@ def command(args) -> int:
             sweep=args.sweep,
             model=args.model,
             overrides=data_overrides(args.data),
+            only=args.only,
         )
     except KeyboardInterrupt:
         print("tune: stopped; the deployed split is back in place", file=sys.stderr)
@@ -389,8 +520,8 @@ def command(args) -> int:
     if args.apply:
         written = apply(args.inventory, report)
         print(
-            f"written to {written}: deploy again to use it (only llama-server restarts)"
+            f"written to {', '.join(map(str, dict.fromkeys(written)))}: deploy again to use it (only llama-server restarts)"
             if written
-            else "nothing written: no split beyond the noise"
+            else "nothing written: nothing beyond the noise"
         )
     return 0

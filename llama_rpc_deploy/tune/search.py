@@ -369,3 +369,28 @@ def search(
     )
     log(f"search stopped: {reason}")
     return _confirmed(start, best, record, confirm=confirm, min_gain=min_gain, reason=reason, log=log)
+
+
+def choose(
+    start: Split,
+    candidates: Sequence[Split],
+    measure: Callable[[Split], float],
+    *,
+    repeats: int = 3,
+    confirm: int = 5,
+    min_gain: float = 0.01,
+    log: Callable[[str], None] = lambda line: None,
+) -> TuneResult:
+    """The fastest of a few settings that are not a split (tune's speculation stage: off, or a draft-token bound),
+    by the same alternating comparisons: each candidate in turn against the best so far, then the best confirmed
+    against start on fresh samples. At most 2 * repeats * len(candidates) + 2 * confirm calls of measure()."""
+    start = tuple(start)
+    if repeats < 1 or confirm < 1:
+        raise ValueError(f"repeats {repeats}, confirm {confirm}: expected at least 1 measurement each")
+    record = _Recorder(measure)
+    current = start
+    for candidate in candidates:
+        if tuple(candidate) != current and _wins(record, current, tuple(candidate), repeats, min_gain, log, "faster"):
+            current = tuple(candidate)
+    reason = f"{len(candidates)} candidates compared in turn with the best so far"
+    return _confirmed(start, current, record, confirm=confirm, min_gain=min_gain, reason=reason, log=log)

@@ -85,6 +85,38 @@ def test_bounds_go_to_the_flags_of_the_type():
     assert "--spec-draft-device" not in ngram and "--spec-draft-model" not in ngram
 
 
+@pytest.mark.parametrize(
+    "data, bounds, candidates",
+    [
+        ({"llama_spec_draft_path": "/m/d.gguf"}, (0, 3), [0, 1, 6]),  # llama.cpp's draft defaults
+        ({"llama_spec_draft_path": "/m/d.gguf", "llama_spec_draft_max": 64}, (0, 64), [0, 32]),  # 128 > 64
+        ({"llama_spec_draft_path": "/m/d.gguf", "llama_spec_draft_max": 1}, (0, 1), [0, 2]),  # 0 is off, not a max
+        ({"llama_spec_type": "ngram-mod"}, (48, 64), [0, 32, 128]),  # ngram-mod's defaults, up to 1024
+        ({"llama_spec_type": "ngram-simple"}, None, [0]),  # no bounds: on or off
+        ({}, None, [0]),
+    ],
+)
+def test_what_tune_compares(data, bounds, candidates):
+    s = cpu_cluster(**data).settings
+    assert speculation.bounds(s) == bounds
+    assert speculation.max_candidates(s) == candidates
+
+
+def test_a_candidate_renders_as_the_deploy_would():
+    """Each of tune's candidates is a valid setting (the bad-config checks pass) and reaches the flags: off has
+    no --spec flag; a lower maximum lowers a minimum above it."""
+    base = {"llama_spec_type": "ngram-mod", "llama_spec_draft_min": 48, "llama_spec_draft_max": 64}
+    s = cpu_cluster(**base).settings
+    off = cpu_cluster(**{**base, **speculation.with_max(s, 0)})
+    assert speculation.settings_problem(off) == "" and not [
+        a for a in words(server_script(off)) if a.startswith("--spec")
+    ]
+    lower = cpu_cluster(**{**base, **speculation.with_max(s, 32)})
+    argv = words(server_script(lower))
+    assert speculation.settings_problem(lower) == ""
+    assert (flag(argv, "--spec-ngram-mod-n-min"), flag(argv, "--spec-ngram-mod-n-max")) == ("32", "32")
+
+
 def test_each_model_on_demand_has_its_own_speculation():
     c = cpu_cluster(
         llama_models={

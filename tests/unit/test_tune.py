@@ -2,6 +2,8 @@
 through the planner's placement (llama.cpp's layer rule, plan.assign_layers); which candidates fit. The
 measurements themselves run on the lab (tests/e2e/test_lab_tune.py, benchmarks/tune_lab.py)."""
 
+import json
+
 import pytest
 
 from llama_rpc_deploy import plan, tune
@@ -68,3 +70,27 @@ def test_samples_give_the_objective():
     s = tune.Sample(generation=20.0, prompt=500.0)
     assert s.value("generation") == 20.0 and s.value("prompt") == 500.0
     assert s.value("both") == pytest.approx(100.0)
+
+
+def test_the_speculation_stage_names_its_candidates_and_reports_them():
+    """A draft at llama.cpp's default maximum (3): the stage compares it with off, 1 and 6; the table and the JSON
+    say which won and by how much."""
+    from llama_rpc_deploy.tune.search import TuneResult
+
+    c = cluster(
+        coordinator={"gpus": []},
+        workers=({"gpus": []},),
+        all_data={"image_backend": "cpu", "llama_spec_draft_path": "/models/d.gguf"},
+    )
+    names = tune.spec_names(c.settings)
+    assert names == {(3,): "draft, max 3 (deployed)", (0,): "off", (1,): "draft, max 1", (6,): "draft, max 6"}
+    assert tune.spec_overrides(c.settings, (3,), (3,)) == {}
+    assert tune.spec_overrides(c.settings, (3,), (6,)) == {"llama_spec_draft_min": 0, "llama_spec_draft_max": 6}
+    report = tune.Report(layout=tune.Layout(8, [], cpu=True), start=(8,), objective="generation")
+    report.spec_split, report.spec_names = (8,), names
+    report.spec_samples = [{"max": 3, "value": 100.0}, {"max": 0, "value": 125.0}, {"max": 0, "value": 124.0}]
+    report.speculation = TuneResult((3,), (0,), 1.245, (1.2, 1.3), True, [], "")
+    lines = report.table().splitlines()
+    assert "speculation: best off, 1.245x the deployed draft, max 3 (deployed)" in lines[-1] and "beyond" in lines[-1]
+    assert [line.split()[0] for line in lines[-3:-1]] == ["off", "draft,"]  # fastest first
+    assert json.loads(report.to_json())["speculation"]["best"] == "off"

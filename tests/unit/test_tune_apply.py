@@ -287,3 +287,47 @@ def test_a_yml_outside_the_inventorys_group_data_folders_is_refused(checkout, tm
         r"expected it in a .yml file of a group_data folder of this inventory",
     ):
         target_file(offline_cluster(inv, group_data=extra), inv, KEYS)
+
+
+# --- the speculation stage's result ---
+
+
+@pytest.mark.parametrize(
+    "best, written",
+    [
+        ((0,), {"llama_spec_type": None, "llama_spec_draft_path": None, "llama_spec_draft_min": None}),
+        ((32,), {"llama_spec_type": "ngram-mod", "llama_spec_draft_min": 32, "llama_spec_draft_max": 32}),
+    ],
+)
+def test_apply_writes_the_speculation_stages_best(checkout, best, written):
+    """ngram-mod set in all.yml, tune found `best` (off, or at most 32 tokens) faster beyond the noise: apply writes
+    it into all.yml (the minimum, 48 by default, lowered to 32), and the deploy reads it back; no split is written, as
+    none won."""
+    from llama_rpc_deploy import tune
+    from llama_rpc_deploy.tune.search import TuneResult
+
+    all_yml = checkout / "group_data" / "all.yml"
+    all_yml.write_text("llama_spec_type: ngram-mod\n")
+    inv = inventory(checkout)
+    report = tune.Report(layout=None, start=(1, 1), objective="generation")
+    report.result = TuneResult((1, 1), (1, 1), 1.0, (1.0, 1.0), False, [], "")
+    report.speculation = TuneResult((64,), best, 1.2, (1.1, 1.3), True, [], "")
+    report.spec_names = tune.spec_names(offline_cluster(inv).settings)
+    assert tune.apply(inv, report) == [all_yml]
+    settings = offline_cluster(inv).settings
+    assert {k: settings[k] for k in written} == written
+    assert settings["llama_tensor_split"] is None
+    assert "# llama-rpc tune:" in all_yml.read_text()
+
+
+def test_apply_writes_nothing_within_the_noise(checkout):
+    from llama_rpc_deploy import tune
+    from llama_rpc_deploy.tune.search import TuneResult
+
+    (checkout / "group_data" / "all.yml").write_text("llama_spec_type: ngram-mod\n")
+    inv = inventory(checkout)
+    before = (checkout / "group_data" / "all.yml").read_text()
+    report = tune.Report(layout=None, start=(1, 1), objective="generation")
+    report.speculation = TuneResult((64,), (64,), 1.0, (0.9, 1.1), False, [], "")
+    assert tune.apply(inv, report) == []
+    assert (checkout / "group_data" / "all.yml").read_text() == before

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llama_rpc_deploy.tune.search import all_splits, corners, neighbours, ratio_interval, search
+from llama_rpc_deploy.tune.search import all_splits, choose, corners, neighbours, ratio_interval, search
 
 from .helpers import ci_examples
 
@@ -329,3 +329,48 @@ def test_ratio_interval_refuses_what_has_no_ratio():
         ratio_interval([], [1.0])
     with pytest.raises(ValueError):
         ratio_interval([0.0, 1.0], [1.0])
+
+
+# --- choose: a few settings that are not a split (the speculation stage) ---
+
+
+def noisy(speeds: dict, seed: int, noise: float = 0.025):
+    """measure() for choose: tokens/s of each key, with multiplicative noise; every call recorded."""
+    rng, calls = random.Random(seed), []
+
+    def measure(key):
+        calls.append(key)
+        return speeds[key] * rng.gauss(1.0, noise)
+
+    measure.calls = calls
+    return measure
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_choose_turns_speculation_off_where_it_loses(seed):
+    """Deployed max 3 (key (3,)) is 0.8x off (0,): off wins, is confirmed, and every comparison alternates."""
+    speeds = {(3,): 80.0, (0,): 100.0, (1,): 90.0, (6,): 70.0}
+    measure = noisy(speeds, seed)
+    r = choose((3,), [(0,), (1,), (6,)], measure, repeats=3, confirm=4)
+    assert r.best == (0,) and r.significant and r.interval[0] > 1.0
+    assert len(measure.calls) == 3 * 2 * 3 + 2 * 4
+    assert all(a != b for a, b in zip(measure.calls[::2], measure.calls[1::2]))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_choose_keeps_what_is_deployed_when_nothing_beats_it(seed):
+    speeds = {(3,): 150.0, (0,): 100.0, (1,): 130.0, (6,): 149.0}
+    r = choose((3,), [(0,), (1,), (6,)], noisy(speeds, seed), repeats=3, confirm=4)
+    assert r.best == (3,) and not r.significant
+
+
+def test_choose_finds_a_better_bound():
+    """Doubling the maximum pays 1.2x: (6,) is taken over the deployed (3,), off and (1,) lose."""
+    speeds = {(3,): 150.0, (0,): 100.0, (1,): 130.0, (6,): 180.0}
+    r = choose((3,), [(0,), (1,), (6,)], noisy(speeds, 1), repeats=3, confirm=4)
+    assert r.best == (6,) and r.significant and 1.1 < r.gain < 1.3
+
+
+def test_choose_refuses_no_measurements():
+    with pytest.raises(ValueError, match="at least 1"):
+        choose((3,), [(0,)], noisy({(3,): 1.0, (0,): 1.0}, 0), repeats=0)
