@@ -10,8 +10,9 @@ the `command(args)` of its module: plan.py, status.py, bench.py, tune/, settings
                            tokens/s for 1 and N parallel streams against the planner's ceiling,
                            time to first token after idle sleep; a table, JSON, a PNG plot
   plan [-i INVENTORY | --gpus GPU...] [--model LOCAL.gguf] [--mmproj LOCAL.gguf] [--draft LOCAL.gguf] [--data KEY=VALUE]
-                           the capacity planner, offline: per device layers, weights, KV cache, free memory;
-                           the tokens/s ceiling; exits 2 when something does not fit
+       [--acceptance A]    the capacity planner, offline: per device layers, weights, KV cache, free memory;
+                           the tokens/s ceiling (and with speculation, at acceptance A); exits 2 when something
+                           does not fit
   status [-i INVENTORY] [--json]  every host's services, restarts and their cause, image, RPC protocol,
                            tensor cache, GPU memory; the load report per device; whether the API answers;
                            exits 1 when something is wrong
@@ -95,6 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_plan.add_argument("--mmproj", type=Path, help="a local copy of llama_mmproj_path's file")
     p_plan.add_argument("--draft", type=Path, help="a local copy of llama_spec_draft_path's file")
+    p_plan.add_argument(
+        "--acceptance",
+        type=float,
+        metavar="A",
+        help="with speculation: the chance that each drafted token is accepted, given the ones before it were "
+        "(default 0.7); the predicted tokens/s is printed for it",
+    )
     p_plan.add_argument(
         "--data",
         action="append",

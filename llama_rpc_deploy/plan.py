@@ -8,6 +8,11 @@ reserve, and what is left.
 Decode is memory-bound and the devices work in turn, so one token costs, on each device, the
 time to read its weights from its memory, plus one network hop per device boundary:
     ceiling = 1 / (sum(bytes_i / bandwidth_i) + hops * hop_seconds)
+
+With speculative decoding (a draft model, the target's MTP head or n-gram drafting), one step drafts k tokens
+and the target checks them in one pass; with each drafted token accepted with probability a (given the ones
+before it were), a step yields E = (1 - a^(k+1)) / (1 - a) tokens (Leviathan et al., 2023):
+    speculative = E / (1 / ceiling + k * draft_seconds)
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -209,15 +215,23 @@ class DraftMemory:
     kv: int
     reserve: int
     counted: bool  # the planner knows the architecture's KV layout (gguf_header.KV_LAYOUTS)
+    shared_kv: bool = False  # it reads the target's KV cache and has none of its own
 
     @property
     def on_device(self) -> int:
         return self.weights + self.kv + self.reserve
 
 
+# Drafts whose every layer reads the target's KV cache: the Gemma 4 assistant (src/models/gemma4-assistant.cpp has no
+# K or V projection; llama-model.cpp's create_memory shares each of its layers with the target's last sliding or
+# last global layer, so its cache allocates nothing)
+SHARED_KV_DRAFTS = ("gemma4-assistant",)
+
+
 def draft_memory(draft: ModelInfo, kind: str, device: str, context: Context) -> DraftMemory:
-    counted = draft.kv_modeled
-    kv = sum(kv_by_layer(draft, context.with_types("f16", "f16"))) if counted else 0
+    shared = draft.arch in SHARED_KV_DRAFTS
+    counted = draft.kv_modeled or shared
+    kv = sum(kv_by_layer(draft, context.with_types("f16", "f16"))) if draft.kv_modeled and not shared else 0
     return DraftMemory(
         kind=kind,
         device=device,
@@ -226,7 +240,69 @@ def draft_memory(draft: ModelInfo, kind: str, device: str, context: Context) -> 
         kv=kv,
         reserve=0 if device == speculation.CPU else DRAFT_COMPUTE_RESERVE,
         counted=counted,
+        shared_kv=shared,
     )
+
+
+DEFAULT_ACCEPTANCE = 0.7  # per drafted token; `plan --acceptance` sets another
+DRAFT_N_MAX = 3  # llama.cpp's --spec-draft-n-max (common/common.h)
+NGRAM_N_MAX = {  # tokens an n-gram type drafts at most, llama.cpp's defaults (common_speculative_n_max)
+    "ngram-simple": 48,
+    "ngram-map-k": 48,
+    "ngram-map-k4v": 48,
+    "ngram-mod": 64,
+    "ngram-cache": 8,
+}
+BLOCK_DRAFT_TYPES = ("draft-dflash", "draft-dspark")  # one draft pass drafts the whole block
+
+
+def tokens_per_step(acceptance: float, n_max: int) -> float:
+    """Expected tokens one verify step yields when each of n_max drafted tokens is accepted with probability
+    `acceptance` given the ones before it were, the target's own token included (Leviathan et al., 2023, eq. 1)."""
+    if acceptance >= 1:
+        return n_max + 1.0
+    return (1 - acceptance ** (n_max + 1)) / (1 - acceptance)
+
+
+@dataclass(frozen=True)
+class SpeculativeSpeed:
+    """Speculative decoding's tokens/s, as the ceiling counts it: one step is the target's pass over the n_max + 1
+    tokens (its weights read once, as for one token: memory-bound) and the draft's passes, each reading the draft's
+    weights on the device it runs on (plus a network hop on a worker's device). A ceiling, like the plain one."""
+
+    kind: str
+    n_max: int
+    acceptance: float
+    verify_seconds: float  # the target's pass: 1 / the plain ceiling
+    draft_seconds: float  # one draft pass
+    passes: int  # draft passes per step: n_max, or 1 for a type that drafts a block at once
+    where: str  # where the draft runs, in words
+
+    @property
+    def tokens_per_step(self) -> float:
+        return tokens_per_step(self.acceptance, self.n_max)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / (self.verify_seconds + self.passes * self.draft_seconds)
+
+    @property
+    def speedup(self) -> float:
+        """Against the plain ceiling."""
+        return self.tokens_per_s * self.verify_seconds
+
+    def line(self) -> str:
+        accepted = (self.tokens_per_step - 1) / self.n_max  # what llama-server's /metrics would show: accepted/drafted
+        cost = (
+            f"draft on {self.where}: {self.draft_seconds * 1e3:.2f} ms a pass"
+            if self.draft_seconds
+            else "n-gram drafting: no model to run, and drafts only where the text repeats"
+        )
+        return (
+            f"speculative ({self.kind}, {cost}): at acceptance {self.acceptance:g}, n_max {self.n_max}: "
+            f"{self.tokens_per_s:.1f} tok/s ({self.speedup:.2f} x the plain ceiling); "
+            f"llama-server would count {accepted:.0%} of drafted tokens accepted"
+        )
 
 
 def render_shares(counts: list[int]) -> list[int]:
@@ -242,9 +318,15 @@ def ceiling(placements: list[Placement], hop_seconds: float = HOP_SECONDS) -> fl
     return 1.0 / (seconds + max(0, hops) * hop_seconds)
 
 
-def auto_split(model: ModelInfo, devices: list[Device], context: Context, mmproj_bytes: int = 0) -> list[int] | None:
+def auto_split(
+    model: ModelInfo,
+    devices: list[Device],
+    context: Context,
+    mmproj_bytes: int = 0,
+    held: dict[str, int] | None = None,
+) -> list[int] | None:
     """Layers per device (in device order) that maximize the ceiling within every device's memory, or
-    None when no split fits.
+    None when no split fits. `held`: bytes a device holds besides the model, by device name (a draft model).
 
     llama.cpp gives each device a run of consecutive layers, in device order (remote first, local
     last), and the output layer to the last one. The time per token is the sum over devices of
@@ -258,7 +340,9 @@ def auto_split(model: ModelInfo, devices: list[Device], context: Context, mmproj
         memory.append(memory[-1] + layer + kv)
 
     def room(i: int) -> int:
-        left = devices[i].usable - COMPUTE_RESERVE - (mmproj_bytes if i == 0 else 0)
+        left = (
+            devices[i].usable - COMPUTE_RESERVE - (mmproj_bytes if i == 0 else 0) - (held or {}).get(devices[i].name, 0)
+        )
         if i == k - 1:
             left -= model.output_bytes + model.n_vocab * UBATCH * 4
         return left
@@ -286,14 +370,21 @@ def auto_split(model: ModelInfo, devices: list[Device], context: Context, mmproj
     return list(found[1]) if found else None
 
 
-def largest_context(model: ModelInfo, devices: list[Device], context: Context, mmproj_bytes: int = 0) -> int:
-    """The largest context (a multiple of 256) whose auto split still holds every layer."""
+def largest_context(
+    model: ModelInfo,
+    devices: list[Device],
+    context: Context,
+    mmproj_bytes: int = 0,
+    held: Callable[[Context], dict[str, int]] | None = None,
+) -> int:
+    """The largest context (a multiple of 256) whose auto split still holds every layer (and what `held` gives,
+    for that context, beside them)."""
     per_request = model.n_ctx_train or (1 << 20)  # llama.cpp runs past the trained length, but warns
     lo, hi = 0, per_request * (1 if context.unified else context.parallel) // 256
     while lo < hi:
         mid = (lo + hi + 1) // 2
         trial = dataclasses.replace(context, ctx=mid * 256)
-        if auto_split(model, devices, trial, mmproj_bytes) is not None:
+        if auto_split(model, devices, trial, mmproj_bytes, held(trial) if held else None) is not None:
             lo = mid
         else:
             hi = mid - 1
@@ -316,6 +407,7 @@ class CapacityPlan:
     largest: dict[bool, int] = field(default_factory=dict)  # kv_unified -> the largest context whose auto split fits
     n_ctx_train: int = 0
     draft: DraftMemory | None = None
+    speculative: SpeculativeSpeed | None = None
 
     @property
     def fits(self) -> bool:
@@ -345,7 +437,13 @@ class CapacityPlan:
         d = self.draft
         if d:
             where = "the coordinator's CPU (host memory)" if d.device == speculation.CPU else f"{d.device}"
-            kv = f"{d.kv / GIB:.2f}G KV (f16)" if d.counted else "KV not counted (architecture unknown to the planner)"
+            kv = (
+                "the target's KV (shared, none of its own)"
+                if d.shared_kv
+                else f"{d.kv / GIB:.2f}G KV (f16)"
+                if d.counted
+                else "KV not counted (architecture unknown to the planner)"
+            )
             rows.append(
                 f"draft model ({d.kind}) on {where}: {d.weights / GIB:.2f}G weights, {kv}"
                 + (f", {d.reserve / GIB:.2f}G reserve" if d.reserve else "")
@@ -376,6 +474,8 @@ class CapacityPlan:
             )
         split = ",".join(str(c) for c in self.split) if self.split else "by free memory (llama.cpp's default)"
         rows.append(f"tensor split: {split}   predicted ceiling: {self.tokens_per_s:.1f} tokens/s")
+        if self.speculative:
+            rows.append(self.speculative.line())
         rows += [f"warning: {w}" for w in self.warnings] + [f"does not fit: {p}" for p in self.problems]
         return "\n".join(rows)
 
@@ -441,10 +541,20 @@ def plan_cluster(
     reported: dict[str, list[int]] | None = None,
     mmproj_bytes: int = 0,
     draft: ModelInfo | None = None,
+    acceptance: float = DEFAULT_ACCEPTANCE,
 ) -> CapacityPlan:
     s = cluster.settings
     devices = devices_of(cluster, reported)
     context = context_of(s)
+    kind = s["llama_spec_type"] or (speculation.type_of_draft(draft) if draft else None)
+    draft_on = speculation.draft_device(cluster) if draft else None
+
+    def held(c: Context) -> dict[str, int]:
+        """What the draft holds on its device at context c (nothing on the CPU): the auto split leaves it room."""
+        if draft is None or draft_on == speculation.CPU:
+            return {}
+        return {draft_on: draft_memory(draft, kind, draft_on, c).on_device}
+
     ngl = s["llama_n_gpu_layers"]
     split_setting = s["llama_tensor_split"]
     problems, warnings = [], []
@@ -467,7 +577,7 @@ def plan_cluster(
         else:
             warnings.append(note + "no fit check; llama-server fits the context to the memory itself (--fit)")
     if split_setting == "auto":
-        counts = auto_split(model, devices, context, mmproj_bytes)
+        counts = auto_split(model, devices, context, mmproj_bytes, held(context))
         if counts is None:
             problems.append(
                 f"no split of the {model.n_layer} layers with {context.ctx} context ({context.type_k}/"
@@ -484,8 +594,7 @@ def plan_cluster(
             p.kv = 0
     drafted = None
     if draft is not None:
-        kind = s["llama_spec_type"] or speculation.type_of_draft(draft)
-        drafted = draft_memory(draft, kind, speculation.draft_device(cluster), context)
+        drafted = draft_memory(draft, kind, draft_on, context)
         host_bytes += drafted.input_bytes
         on = [p for p in placements if p.device.name == drafted.device]
         if on:
@@ -535,15 +644,16 @@ def plan_cluster(
     largest = {}
     if model.kv_modeled and devices and all(d.vram_bytes for d in devices) and ngl >= model.n_layer + 1:
         largest = {
-            unified: largest_context(model, devices, dataclasses.replace(context, unified=unified), mmproj_bytes)
+            unified: largest_context(model, devices, dataclasses.replace(context, unified=unified), mmproj_bytes, held)
             for unified in (False, True)
         }
     rendered = [int(x) if float(x).is_integer() else x for x in shares] if split_setting else []
+    plain = ceiling(placements) if any(p.weights for p in placements) else 0.0
     return CapacityPlan(
         placements=placements,
         host_bytes=host_bytes,
         split=rendered,
-        tokens_per_s=ceiling(placements) if any(p.weights for p in placements) else 0.0,
+        tokens_per_s=plain,
         problems=problems,
         warnings=warnings,
         n_layer=model.n_layer,
@@ -551,7 +661,46 @@ def plan_cluster(
         largest=largest,
         n_ctx_train=model.n_ctx_train,
         draft=drafted,
+        speculative=speculative_speed(cluster, model, placements, plain, kind, drafted, acceptance),
     )
+
+
+def speculative_speed(
+    cluster,
+    model: ModelInfo,
+    placements: list[Placement],
+    plain: float,
+    kind: str | None,
+    drafted: DraftMemory | None,
+    acceptance: float,
+) -> SpeculativeSpeed | None:
+    """The speculative tokens/s of these settings (None without speculation, or with a draft model the plan was not
+    given). A draft model's pass reads its weights on its device (all but its token embeddings, which stay in host
+    memory; its KV reads are not counted, as the target's are not); the target's own MTP head reads its last layer
+    and the output layer where they are; n-gram drafting reads nothing."""
+    s = cluster.settings
+    if not kind or not plain:
+        return None
+    if kind in NGRAM_N_MAX:
+        n_max = (s["llama_spec_draft_max"] if kind == "ngram-mod" else None) or NGRAM_N_MAX[kind]
+        return SpeculativeSpeed(kind, n_max, acceptance, 1 / plain, 0.0, n_max, "")
+    n_max = s["llama_spec_draft_max"] or DRAFT_N_MAX
+    bandwidths = {p.device.name: p.device.bandwidth for p in placements}
+    if drafted:
+        on = drafted.device
+        seconds = drafted.weights / bandwidths.get(on, CPU_DEVICE_BANDWIDTH)
+        if on != speculation.CPU and on not in cluster.local_devices:  # each pass crosses the network
+            seconds += HOP_SECONDS
+        where = "the coordinator's CPU" if on == speculation.CPU else on
+    elif kind == "draft-mtp" and model.mtp_head:  # the target's own head, where its last layer is
+        last = next((p for p in reversed(placements) if model.n_layer - 1 in p.layers), None)
+        bandwidth = last.device.bandwidth if last else CPU_DEVICE_BANDWIDTH
+        seconds = (model.layer_bytes[-1] + model.output_bytes) / bandwidth
+        where = f"{last.device.name if last else 'the CPU'} (the model's own MTP head)"
+    else:
+        return None
+    passes = 1 if kind in BLOCK_DRAFT_TYPES else n_max
+    return SpeculativeSpeed(kind, n_max, acceptance, 1 / plain, seconds, passes, where)
 
 
 # --- `llama-rpc plan`: the planner on an inventory (or on --gpus), offline ---
@@ -599,6 +748,11 @@ def command(args) -> int:
             )
             return 2
         cluster = cluster.with_folder([str(p) for p in folder.glob("*.gguf")])
+    acceptance = getattr(args, "acceptance", None)
+    acceptance = DEFAULT_ACCEPTANCE if acceptance is None else acceptance
+    if not 0 <= acceptance <= 1:
+        print(f"error: --acceptance {acceptance}: expected a probability from 0 to 1", file=sys.stderr)
+        return 2
     failed = False
     for name in cluster.model_names():  # with llama_models, every model is planned with its own settings
         view = cluster.for_model(name)
@@ -641,7 +795,13 @@ def command(args) -> int:
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return 2
-        capacity = plan_cluster(view, read["--model"], mmproj_bytes=read.get("--mmproj", 0), draft=read.get("--draft"))
+        capacity = plan_cluster(
+            view,
+            read["--model"],
+            mmproj_bytes=read.get("--mmproj", 0),
+            draft=read.get("--draft"),
+            acceptance=acceptance,
+        )
         if cluster.router:
             print(f"model {name!r}{' (loaded at start)' if default else ''}:")
         print(capacity.table())

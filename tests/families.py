@@ -7,7 +7,7 @@ model's size. The data region is left a hole (the file is truncated to its full 
 model costs a few MB of disk. llama.cpp loads these files (with no_alloc the data is never read),
 so its own estimator (`llama-fit-params --fit-print on`) can serve as an oracle for the planner.
 
-    python3 tests/families.py NAME OUT.gguf      (NAME: one of FAMILIES)
+    python3 tests/families.py NAME OUT.gguf      (NAME: one of FAMILIES or DRAFTS)
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ Tensor = tuple[str, tuple[int, ...], GGMLQuantizationType]  # name, ggml ne (ne0
 
 FTYPE_Q4_K_M = 15  # llama_ftype: the file type llama.cpp prints; it does not change any size
 FTYPE_MXFP4_MOE = 38
+FTYPE_Q8_0 = 7
 
 # llama-quantize's fallback when a row (ne0) is not a whole number of the type's blocks
 FALLBACK = {Q.Q2_K: Q.IQ4_NL, Q.Q3_K: Q.IQ4_NL, Q.IQ4_XS: Q.IQ4_NL, Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
@@ -533,6 +534,65 @@ def lfm2(path: Path) -> Path:
     return m.write(path)
 
 
+def gemma4_assistant(path: Path) -> Path:
+    """google/gemma-4-31B-it-assistant, Gemma 4 31B's MTP drafter (llama.cpp's gemma4-assistant), as
+    `convert_hf_to_gguf.py --outtype q8_0` writes it: every matrix Q8_0, the rest F32, 49 tensors, 0.50 GB. Its config
+    (ml-explore/mlx-swift-lm Tests/MLXLMTests/Gemma4AssistantTests.swift; 470M parameters on the model card):
+    4 layers of 1024 (3 sliding, 1 global), 32 query heads of 256 (512 on the global layer), FFN 8192, the target's
+    262144-token vocabulary, backbone_hidden_size 5376. It has no K or V projection: every layer reads the target's
+    KV (src/models/gemma4-assistant.cpp; llama-model.cpp shares its cache with the target's last sliding and last
+    global layer), and its token embeddings serve only as its output (tied; the input is the target's). The window
+    is taken as the target's 1024 (the planner counts no KV for it)."""
+    L, E, FF, H, V, E_TARGET = 4, 1024, 8192, 32, 262144, 5376
+    D_SWA, HKV_SWA, D_FULL, HKV_FULL = 256, 16, 512, 4
+    swa = [True, True, True, False]
+    m = Model("gemma4-assistant", "Gemma-4-31B-it-assistant", Vocab(V, "gemma4", bos=2, eos=1), ftype=FTYPE_Q8_0)
+    _common(
+        m,
+        n_layer=L,
+        n_embd=E,
+        n_ctx=262144,
+        n_head=H,
+        n_head_kv=[HKV_SWA if s else HKV_FULL for s in swa],
+        n_ff=FF,
+        rope_base=1000000.0,
+        rms_eps=1e-6,
+    )
+    m.u32(".embedding_length_out", E_TARGET)
+    m.u32(".nextn_predict_layers", L)
+    m.u32(".attention.key_length", D_FULL)
+    m.u32(".attention.value_length", D_FULL)
+    m.u32(".attention.key_length_swa", D_SWA)
+    m.u32(".attention.value_length_swa", D_SWA)
+    m.u32(".rope.dimension_count", D_FULL)
+    m.u32(".rope.dimension_count_swa", D_SWA)
+    m.f32(".rope.freq_base_swa", 10000.0)
+    m.u32(".attention.sliding_window", 1024)
+    m.bools(".attention.sliding_window_pattern", swa)
+    m.u32(".attention.shared_kv_layers", L)
+    m.u32(".embedding_length_per_layer_input", 0)
+    m.f32(".final_logit_softcapping", 30.0)
+    _embeddings(m, V, E, Q.Q8_0, None)  # tied: the output projection
+    m.t("rope_freqs.weight", (D_FULL // 2,))
+    m.t("nextn.pre_projection.weight", (2 * E_TARGET, E), Q.Q8_0)
+    m.t("nextn.post_projection.weight", (E, E_TARGET), Q.Q8_0)
+    for i in range(L):
+        b = f"blk.{i}."
+        d = D_SWA if swa[i] else D_FULL
+        m.t(b + "attn_norm.weight", (E,))
+        m.t(b + "attn_q.weight", (E, H * d), Q.Q8_0)
+        m.t(b + "attn_output.weight", (H * d, E), Q.Q8_0)
+        m.t(b + "attn_q_norm.weight", (d,))
+        m.t(b + "post_attention_norm.weight", (E,))
+        m.t(b + "layer_output_scale.weight", (1,))
+        m.t(b + "ffn_norm.weight", (E,))
+        m.t(b + "ffn_gate.weight", (E, FF), Q.Q8_0)
+        m.t(b + "ffn_up.weight", (E, FF), Q.Q8_0)
+        m.t(b + "ffn_down.weight", (FF, E), Q.Q8_0)
+        m.t(b + "post_ffw_norm.weight", (E,))
+    return m.write(path)
+
+
 FAMILIES: dict[str, Callable[[Path], Path]] = {
     "llama3": llama3,
     "gemma3": gemma3,
@@ -545,17 +605,22 @@ FAMILIES: dict[str, Callable[[Path], Path]] = {
 }
 
 
+# drafts that read their target's memory (llama-fit-params cannot load them alone: not in the oracle's grid)
+DRAFTS: dict[str, Callable[[Path], Path]] = {"gemma4-assistant": gemma4_assistant}
+
+
 def write_family(name: str, path: Path) -> Path:
-    """Write the shaped sparse GGUF of family `name` to `path`; returns `path`."""
-    if name not in FAMILIES:
-        raise KeyError(f"unknown family {name!r}; one of {', '.join(FAMILIES)}")
-    return FAMILIES[name](Path(path))
+    """Write the shaped sparse GGUF of family (or draft) `name` to `path`; returns `path`."""
+    writers = FAMILIES | DRAFTS
+    if name not in writers:
+        raise KeyError(f"unknown family {name!r}; one of {', '.join(writers)}")
+    return writers[name](Path(path))
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0] not in FAMILIES:
-        sys.exit(f"usage: python3 tests/families.py NAME OUT.gguf   (NAME: {' | '.join(FAMILIES)})")
+    if len(argv) != 2 or argv[0] not in FAMILIES | DRAFTS:
+        sys.exit(f"usage: python3 tests/families.py NAME OUT.gguf   (NAME: {' | '.join(FAMILIES | DRAFTS)})")
     path = write_family(argv[0], Path(argv[1]))
     print(f"{path}: {path.stat().st_size / 1e9:.2f} GB")
 
