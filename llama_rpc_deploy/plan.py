@@ -245,12 +245,10 @@ def draft_memory(draft: ModelInfo, kind: str, device: str, context: Context) -> 
 
 
 DEFAULT_ACCEPTANCE = 0.7  # per drafted token; `plan --acceptance` sets another
-DRAFT_N_MAX = 3  # llama.cpp's --spec-draft-n-max (common/common.h)
-NGRAM_N_MAX = {  # tokens an n-gram type drafts at most, llama.cpp's defaults (common_speculative_n_max)
-    "ngram-simple": 48,
+NGRAM_N_MAX = {  # tokens an n-gram type without bounds of ours drafts at most, llama.cpp's defaults
+    "ngram-simple": 48,  # (common_speculative_n_max); ngram-mod's and a draft model's: speculation.LLAMA_BOUNDS
     "ngram-map-k": 48,
     "ngram-map-k4v": 48,
-    "ngram-mod": 64,
     "ngram-cache": 8,
 }
 BLOCK_DRAFT_TYPES = ("draft-dflash", "draft-dspark")  # one draft pass drafts the whole block
@@ -681,10 +679,10 @@ def speculative_speed(
     s = cluster.settings
     if not kind or not plain:
         return None
-    if kind in NGRAM_N_MAX:
-        n_max = (s["llama_spec_draft_max"] if kind == "ngram-mod" else None) or NGRAM_N_MAX[kind]
+    flags = speculation.bound_flags(kind)  # its maximum is ours, or else llama.cpp's default
+    n_max = (s["llama_spec_draft_max"] or speculation.LLAMA_BOUNDS[flags[1]]) if flags else NGRAM_N_MAX[kind]
+    if kind.startswith("ngram-"):
         return SpeculativeSpeed(kind, n_max, acceptance, 1 / plain, 0.0, n_max, "")
-    n_max = s["llama_spec_draft_max"] or DRAFT_N_MAX
     bandwidths = {p.device.name: p.device.bandwidth for p in placements}
     if drafted:
         on = drafted.device
