@@ -480,7 +480,8 @@ class CapacityPlan:
 
 CPU_DEVICE_BANDWIDTH = 40e9  # a CPU rpc-server's memory, roughly (DDR4 dual channel); no fit check on CPUs
 ROPE_FLAGS = ("--rope-scaling", "--rope-scale", "--yarn-", "--rope-freq")  # context stretched past the trained length
-SPECULATIVE_FLAGS = ("--spec-", "-md", "--model-draft", "-devd", "--device-draft", "-ngld", "--gpu-layers-draft")
+DRAFT_MODEL_FLAGS = ("-md", "--model-draft", "--spec-draft-model")  # a draft model in llama_extra_args ...
+DRAFT_DEVICE_FLAGS = ("-devd", "--device-draft", "--spec-draft-device")  # ... and where it runs
 
 
 def devices_of(cluster, reported: dict[str, list[int]] | None = None) -> list[Device]:
@@ -545,7 +546,7 @@ def plan_cluster(
     devices = devices_of(cluster, reported)
     context = context_of(s)
     kind = s["llama_spec_type"] or (speculation.type_of_draft(draft) if draft else None)
-    draft_on = speculation.draft_device(cluster) if draft else None
+    draft_on = speculation.draft_device(cluster, kind) if draft else None
 
     def held(c: Context) -> dict[str, int]:
         """What the draft holds on its device at context c (nothing on the CPU): the auto split leaves it room."""
@@ -628,17 +629,26 @@ def plan_cluster(
             f"for: expected at most {model.n_ctx_train} per request (or rope scaling, e.g. --rope-scaling "
             "yarn, in llama_extra_args)"
         )
-    if any(a.startswith(SPECULATIVE_FLAGS) for a in s["llama_extra_args"]):
-        warnings.append(
-            "speculative flags in llama_extra_args: set llama_spec_* instead, which check the draft against the "
-            "model and keep it off the network (a draft that follows --device waits on every worker for each "
-            "drafted token: the article's MTP, 0.5x over RPC)"
+    extra = s["llama_extra_args"]
+    if any(a.startswith(DRAFT_MODEL_FLAGS) for a in extra) and not any(a.startswith(DRAFT_DEVICE_FLAGS) for a in extra):
+        warnings.append(  # model-free drafting (ngram-*) by flags is not warned on: it measured 3.15x on the lab
+            "a draft model in llama_extra_args follows --device onto the workers, and each drafted token waits on "
+            "every worker (the lab: 1.11x against 1.95x on the coordinator; the article's MTP, 0.5x): set "
+            "llama_spec_draft_path instead, which keeps it on the coordinator and checks it against the model"
         )
-    if drafted and drafted.device != speculation.CPU and drafted.device not in cluster.local_devices:
-        warnings.append(
-            f"the draft model runs on {drafted.device}, a worker's device (llama_spec_draft_device): each drafted "
-            "token waits on the network"
-        )
+    if drafted and drafted.device != speculation.CPU:
+        last = speculation.last_layers_device(cluster)
+        if draft.arch in SHARED_KV_DRAFTS and drafted.device != last:
+            warnings.append(
+                f"the Gemma 4 assistant runs on {drafted.device} (llama_spec_draft_device), but reads the KV cache "
+                f"of the target's last layers on {last}: it is copied to it on every drafted token "
+                f"(docs/speculative.md): expected None, or {last}"
+            )
+        elif drafted.device not in cluster.local_devices and not (kind == "draft-mtp" and drafted.device == last):
+            warnings.append(
+                f"the draft model runs on {drafted.device}, a worker's device (llama_spec_draft_device): each "
+                "drafted token waits on the network"
+            )
     largest = {}
     if model.kv_modeled and devices and all(d.vram_bytes for d in devices) and ngl >= model.n_layer + 1:
         largest = {
@@ -789,7 +799,9 @@ def command(args) -> int:
             except Exception as error:  # not a GGUF file, cut short, a shard missing
                 print(f"error: {what} {path}: not a readable GGUF file: {error}", file=sys.stderr)
                 return 2
-        problem = speculation.files_problem(view.settings["llama_spec_type"], read["--model"], read.get("--draft"))
+        problem = speculation.files_problem(
+            view.settings["llama_spec_type"], read["--model"], read.get("--draft")
+        ) or speculation.placement_problem(view, read.get("--draft"))
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return 2

@@ -9,7 +9,9 @@ llama_spec_draft_min, llama_spec_draft_max, llama_spec_draft_device. They are ch
   mismatch and serves without drafting, so the deploy refuses it.
 
 Where the draft runs: on the coordinator's own device by default (its last GPU, or its CPU), never on a worker
-unless asked. A draft that follows --device (llama.cpp's default) is split across the workers, and each drafted
+unless asked. An MTP draft (a Gemma 4 assistant) is the exception: it reads the KV cache and hidden state of the
+target's last layers, so it runs on their device (the coordinator's last GPU in a deploy with one; the last worker's
+where the coordinator has none), and the CPU is refused for it (llama.cpp aborts at load). A draft that follows --device (llama.cpp's default) is split across the workers, and each drafted
 token then costs a network round trip per worker (docs/speculative.md).
 """
 
@@ -100,13 +102,45 @@ def max_candidates(settings: dict) -> list[int]:
     return [0] + [n for n in (high // 2, high * 2) if 1 <= n <= limit and n != high]
 
 
-def draft_device(cluster) -> str:
-    """Where the draft model runs: llama_spec_draft_device, or else the coordinator's own last device (its last GPU,
-    which holds the target's last layers and output), or its CPU."""
+def draft_device(cluster, kind: str | None = None) -> str:
+    """Where the draft model runs: llama_spec_draft_device, or else, for an MTP draft (kind, or the settings' type),
+    the device of the target's last layers, whose KV and hidden state it reads (last_layers_device), or else the
+    coordinator's own last device (its last GPU, which holds the target's last layers and output), or its CPU."""
     chosen = cluster.settings[DEVICE_KEY]
     if chosen:
         return chosen
+    if (kind or cluster.settings["llama_spec_type"]) == "draft-mtp":
+        return last_layers_device(cluster)
     return cluster.local_devices[-1] if cluster.local_devices else CPU
+
+
+def last_layers_device(cluster) -> str:
+    """The device of the target's last layers and output: -ngl offloads the last layers first, onto the last
+    device of --device with a share of the split (the coordinator's own last GPU: remote cards first, local last;
+    the last worker's when the coordinator has none), or none offloaded: the CPU."""
+    s = cluster.settings
+    if s["llama_n_gpu_layers"] == 0 or not cluster.devices:
+        return CPU
+    split = s["llama_tensor_split"]
+    if isinstance(split, list) and len(split) == len(cluster.devices):
+        shared = [d for d, share in zip(cluster.devices, split) if float(share) > 0]
+        return shared[-1] if shared else CPU
+    return cluster.devices[-1]
+
+
+def placement_problem(cluster, draft: ModelInfo | None) -> str:
+    """A Gemma 4 assistant on the CPU while the target's last layers are on a device ('' when not): the assistant
+    reads their KV cache in place, and llama.cpp aborts at load ("pre-allocated tensor cache_k_l.. in RPC0 buffer")."""
+    if draft is None or draft.arch != "gemma4-assistant":
+        return ""
+    last = last_layers_device(cluster)
+    if draft_device(cluster, "draft-mtp") != CPU or last == CPU:
+        return ""
+    return (
+        f"{cluster.coordinator.origins[DEVICE_KEY]}: {DEVICE_KEY} = {CPU!r}: the draft {draft.path} is a Gemma 4 "
+        f"assistant, which reads the KV cache of the target's last layers where they are ({last}), and llama.cpp "
+        f"aborts at load with it on the CPU: expected None (the assistant on {last}) or {last!r}"
+    )
 
 
 def settings_problem(cluster) -> str:

@@ -187,6 +187,9 @@ def model_fits(cluster, name: str | None) -> plan.CapacityPlan:
     if problem:
         key = "llama_spec_draft_path" if draft else "llama_spec_type"
         refuse((f"model {name!r}: " if name else "") + f"{cluster.coordinator.origins[key]}: {problem}")
+    problem = speculation.placement_problem(cluster, draft)
+    if problem:
+        refuse((f"model {name!r}: " if name else "") + problem)
     capacity = plan.plan_cluster(
         cluster,
         models["llama_model_path"],

@@ -154,20 +154,32 @@ def test_sliding_window_makes_128k_fit_where_dense_does_not(gemma27b):
     assert plan.fits, plan.problems
 
 
-def test_plan_warns_on_quantized_kv_that_is_not_needed_and_on_speculative_flags_past_the_settings(gemma27b):
+def test_plan_warns_on_quantized_kv_that_is_not_needed_and_on_a_draft_model_past_the_settings(gemma27b):
     plan = plan_cluster(
         cluster(
             all_data={
                 "llama_ctx_size": 8192,
                 "llama_cache_type_k": "q8_0",
                 "llama_cache_type_v": "q8_0",
-                "llama_extra_args": ["--spec-type", "mtp"],
+                "llama_extra_args": ["--spec-draft-model", "/models/d.gguf"],
             }
         ),
         gemma27b,
     )
     assert any("although f16 fits" in w for w in plan.warnings)
-    assert any("speculative flags in llama_extra_args: set llama_spec_* instead" in w for w in plan.warnings)
+    assert any("a draft model in llama_extra_args follows --device" in w for w in plan.warnings)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", "16"],  # measured 3.15x on the lab: no warning
+        ["-md", "/models/d.gguf", "--spec-draft-device", "CUDA0"],  # placed by hand
+    ],
+)
+def test_plan_does_not_warn_on_speculation_that_measured_faster(gemma27b, extra):
+    plan = plan_cluster(cluster(all_data={"llama_ctx_size": 8192, "llama_extra_args": extra}), gemma27b)
+    assert not [w for w in plan.warnings if "draft" in w or "speculat" in w], plan.warnings
 
 
 def test_partial_offload_keeps_the_first_layers_on_the_host(llama8b):

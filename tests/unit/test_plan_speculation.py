@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from llama_rpc_deploy import speculation
 from llama_rpc_deploy.__main__ import main
 from llama_rpc_deploy.gguf_header import read_model
 from llama_rpc_deploy.paths import PROJECT
@@ -19,7 +20,7 @@ from llama_rpc_deploy.plan import (
 )
 
 from ..families import gemma4, gemma4_assistant
-from .helpers import cluster
+from .helpers import cluster, flag, server_script, words
 
 SEED = {"llama_ctx_size": 65536, "llama_parallel": 4, "llama_tensor_split": "auto"}
 
@@ -107,6 +108,52 @@ def test_a_draft_on_a_workers_card_pays_a_hop_a_pass(models):
     plan = plan_cluster(c, models["target"], draft=models["assistant"])
     assert plan.fits, plan.problems
     assert plan.speculative.draft_seconds == pytest.approx(plan.draft.weights / 448e9 + HOP_SECONDS)
+
+
+def cpu_lab(**data):
+    """The lab's layout: a coordinator without a GPU, two CPU workers holding the offloaded layers."""
+    return cluster(
+        coordinator={"gpus": []},
+        workers=[{"gpus": []}, {"gpus": []}],
+        all_data={"image_backend": "cpu", "llama_n_gpu_layers": 6, "llama_tensor_split": [1, 1], **data},
+    )
+
+
+def test_an_assistant_runs_where_the_targets_last_layers_are(models):
+    """Its KV is the target's last layers': on the coordinator's card (local last) in the seed pair, on the last
+    worker where the coordinator has no card; a draft-simple draft stays on the coordinator's CPU there."""
+    seed = cluster(all_data={**SEED, "llama_spec_draft_path": "/m/a.gguf"})
+    assert speculation.draft_device(seed, "draft-mtp") == "CUDA0" == speculation.last_layers_device(seed)
+    lab = cpu_lab(llama_spec_draft_path="/m/a.gguf")
+    assert speculation.last_layers_device(lab) == "RPC1"
+    assert speculation.draft_device(lab, "draft-mtp") == "RPC1"
+    assert speculation.draft_device(lab, "draft-simple") == speculation.CPU
+    assert (
+        flag(
+            words(server_script(cpu_lab(llama_spec_draft_path="/m/a.gguf", llama_spec_type="draft-mtp"))),
+            "--spec-draft-device",
+        )
+        == "RPC1"
+    )
+    emptied = cpu_lab(llama_spec_draft_path="/m/a.gguf", llama_tensor_split=[1, 0])
+    assert speculation.last_layers_device(emptied) == "RPC0"  # RPC1 holds no layer
+    assert speculation.last_layers_device(cpu_lab(llama_n_gpu_layers=0)) == speculation.CPU
+    plan = plan_cluster(lab, models["target"], draft=models["assistant"])
+    assert plan.draft.device == "RPC1"
+    assert not [w for w in plan.warnings if "draft" in w or "assistant" in w], plan.warnings
+
+
+def test_an_assistant_on_the_cpu_is_refused_and_elsewhere_warned(models):
+    on_cpu = cpu_lab(llama_spec_draft_path="/m/a.gguf", llama_spec_draft_device="CPU")
+    problem = speculation.placement_problem(on_cpu, models["assistant"])
+    assert problem.startswith("group_data/all.py: llama_spec_draft_device = 'CPU': the draft ")
+    assert "expected None (the assistant on RPC1) or 'RPC1'" in problem
+    assert speculation.placement_problem(cpu_lab(llama_spec_draft_path="/m/a.gguf"), models["assistant"]) == ""
+    cpu_target = cpu_lab(llama_spec_draft_path="/m/a.gguf", llama_spec_draft_device="CPU", llama_n_gpu_layers=0)
+    assert speculation.placement_problem(cpu_target, models["assistant"]) == ""  # its KV is on the CPU too
+    away = cpu_lab(llama_spec_draft_path="/m/a.gguf", llama_spec_draft_device="RPC0")
+    plan = plan_cluster(away, models["target"], draft=models["assistant"])
+    assert any("reads the KV cache of the target's last layers on RPC1" in w for w in plan.warnings), plan.warnings
 
 
 def test_the_targets_own_mtp_head_reads_its_last_layer_and_the_output(models):
