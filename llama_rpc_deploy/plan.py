@@ -636,15 +636,9 @@ def plan_cluster(
             "every worker (the lab: 1.11x against 1.95x on the coordinator; the article's MTP, 0.5x): set "
             "llama_spec_draft_path instead, which keeps it on the coordinator and checks it against the model"
         )
-    if drafted and drafted.device != speculation.CPU:
-        last = speculation.last_layers_device(cluster)
-        if draft.arch in SHARED_KV_DRAFTS and drafted.device != last:
-            warnings.append(
-                f"the Gemma 4 assistant runs on {drafted.device} (llama_spec_draft_device), but reads the KV cache "
-                f"of the target's last layers on {last}: it is copied to it on every drafted token "
-                f"(docs/speculative.md): expected None, or {last}"
-            )
-        elif drafted.device not in cluster.local_devices and not (kind == "draft-mtp" and drafted.device == last):
+    mtp_in_place = kind == "draft-mtp" and drafted and drafted.device == speculation.last_layers_device(cluster)
+    if drafted and drafted.device != speculation.CPU and drafted.device not in cluster.local_devices:
+        if not mtp_in_place:  # an MTP draft reads the target's last layers where they are: it belongs there
             warnings.append(
                 f"the draft model runs on {drafted.device}, a worker's device (llama_spec_draft_device): each "
                 "drafted token waits on the network"

@@ -587,7 +587,8 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         _optional(_str(r"[A-Za-z0-9_]+", "a device name like CUDA0, Vulkan0, RPC0 or CPU")),
         "Where the draft model runs. None: the coordinator's own device (its last GPU, or its CPU), so that no "
-        "drafted token crosses the network. 'CPU', or a device of the cluster (RPC0 ... is a worker's).",
+        "drafted token crosses the network; an MTP draft (a Gemma 4 assistant), which reads the target's last "
+        "layers' KV, on their device. 'CPU', or a device of the cluster (RPC0 ... is a worker's).",
         "server",
     ),
     S(

@@ -11,7 +11,7 @@ llama_spec_draft_min, llama_spec_draft_max, llama_spec_draft_device. They are ch
 Where the draft runs: on the coordinator's own device by default (its last GPU, or its CPU), never on a worker
 unless asked. An MTP draft (a Gemma 4 assistant) is the exception: it reads the KV cache and hidden state of the
 target's last layers, so it runs on their device (the coordinator's last GPU in a deploy with one; the last worker's
-where the coordinator has none), and the CPU is refused for it (llama.cpp aborts at load). A draft that follows --device (llama.cpp's default) is split across the workers, and each drafted
+where the coordinator has none), and any other device is refused for it (llama.cpp aborts at load). A draft that follows --device (llama.cpp's default) is split across the workers, and each drafted
 token then costs a network round trip per worker (docs/speculative.md).
 """
 
@@ -129,17 +129,19 @@ def last_layers_device(cluster) -> str:
 
 
 def placement_problem(cluster, draft: ModelInfo | None) -> str:
-    """A Gemma 4 assistant on the CPU while the target's last layers are on a device ('' when not): the assistant
-    reads their KV cache in place, and llama.cpp aborts at load ("pre-allocated tensor cache_k_l.. in RPC0 buffer")."""
+    """A Gemma 4 assistant anywhere but on the device of the target's last layers ('' when not): it reads their KV
+    cache in place, and llama.cpp aborts at load when the assistant's device cannot reach that buffer (the lab:
+    on the CPU, "pre-allocated tensor cache_k_l4 in RPC0 buffer"; on RPC0 with the KV on RPC1, "pre-allocated
+    tensor (cache_k_l6) in a buffer ... that cannot run the operation")."""
     if draft is None or draft.arch != "gemma4-assistant":
         return ""
-    last = last_layers_device(cluster)
-    if draft_device(cluster, "draft-mtp") != CPU or last == CPU:
+    last, device = last_layers_device(cluster), draft_device(cluster, "draft-mtp")
+    if device == last:
         return ""
     return (
-        f"{cluster.coordinator.origins[DEVICE_KEY]}: {DEVICE_KEY} = {CPU!r}: the draft {draft.path} is a Gemma 4 "
+        f"{cluster.coordinator.origins[DEVICE_KEY]}: {DEVICE_KEY} = {device!r}: the draft {draft.path} is a Gemma 4 "
         f"assistant, which reads the KV cache of the target's last layers where they are ({last}), and llama.cpp "
-        f"aborts at load with it on the CPU: expected None (the assistant on {last}) or {last!r}"
+        f"aborts at load with it on another device: expected None (the assistant on {last}) or {last!r}"
     )
 
 
