@@ -257,14 +257,76 @@ def _attention(m: Model, i: int, L: int, E: int, H: int, HKV: int, D: int, qk_no
         m.t(b + "attn_k_norm.weight", (D,))
 
 
-def _ffn(m: Model, i: int, L: int, E: int, FF: int, norm: bool = True) -> None:
-    """Layer i's gated FFN (Q4_K_M: ffn_down in Q6_K on use_more_bits layers)."""
+def _ffn(
+    m: Model,
+    i: int,
+    L: int,
+    E: int,
+    FF: int,
+    norm: bool = True,
+    gate_up: GGMLQuantizationType = Q.Q4_K,
+    down: GGMLQuantizationType | None = None,
+) -> None:
+    """Layer i's gated FFN (Q4_K_M by default: ffn_down in Q6_K on use_more_bits layers; `down` overrides it)."""
     b = f"blk.{i}."
     if norm:
         m.t(b + "ffn_norm.weight", (E,))
-    m.t(b + "ffn_gate.weight", (E, FF), Q.Q4_K)
-    m.t(b + "ffn_up.weight", (E, FF), Q.Q4_K)
-    m.t(b + "ffn_down.weight", (FF, E), q4km(i, L))
+    m.t(b + "ffn_gate.weight", (E, FF), gate_up)
+    m.t(b + "ffn_up.weight", (E, FF), gate_up)
+    m.t(b + "ffn_down.weight", (FF, E), q4km(i, L) if down is None else down)
+
+
+_G4_D_SWA, _G4_HKV_SWA, _G4_D_FULL, _G4_HKV_FULL = 256, 16, 512, 4  # Gemma 4 31B's heads, shared by its assistant
+
+
+def _gemma4_model(
+    arch: str,
+    name: str,
+    ftype: int,
+    *,
+    L: int,
+    E: int,
+    FF: int,
+    H: int,
+    swa: list[bool],
+    shared_kv_layers: int,
+    embd: GGMLQuantizationType,
+    extra_u32: dict[str, int] | None = None,
+) -> tuple[Model, list[tuple[int, int]]]:
+    """A Gemma 4 31B-shaped model (the target or its assistant): the 262144-token vocabulary, the metadata (sliding
+    layers where `swa`, `extra_u32` right after the common keys), the tied embeddings in `embd`, and the global
+    layers' rope factors. Returns the model and each layer's (head dim, KV heads), for the caller's layer tensors."""
+    heads = [(_G4_D_SWA, _G4_HKV_SWA) if s else (_G4_D_FULL, _G4_HKV_FULL) for s in swa]
+    V = 262144
+    m = Model(arch, name, Vocab(V, "gemma4", bos=2, eos=1), ftype=ftype)
+    _common(
+        m,
+        n_layer=L,
+        n_embd=E,
+        n_ctx=262144,
+        n_head=H,
+        n_head_kv=[hkv for _, hkv in heads],
+        n_ff=FF,
+        rope_base=1000000.0,
+        rms_eps=1e-6,
+    )
+    for key, value in (extra_u32 or {}).items():
+        m.u32(key, value)
+    m.u32(".attention.key_length", _G4_D_FULL)
+    m.u32(".attention.value_length", _G4_D_FULL)
+    m.u32(".attention.key_length_swa", _G4_D_SWA)
+    m.u32(".attention.value_length_swa", _G4_D_SWA)
+    m.u32(".rope.dimension_count", _G4_D_FULL)
+    m.u32(".rope.dimension_count_swa", _G4_D_SWA)
+    m.f32(".rope.freq_base_swa", 10000.0)
+    m.u32(".attention.sliding_window", 1024)
+    m.bools(".attention.sliding_window_pattern", swa)
+    m.u32(".attention.shared_kv_layers", shared_kv_layers)
+    m.u32(".embedding_length_per_layer_input", 0)
+    m.f32(".final_logit_softcapping", 30.0)
+    _embeddings(m, V, E, embd, None)  # tied
+    m.t("rope_freqs.weight", (_G4_D_FULL // 2,))  # proportional rope of the global layers
+    return m, heads
 
 
 # --- the families ---------------------------------------------------------------------------------
@@ -310,38 +372,22 @@ def gemma4(path: Path) -> Path:
     """Gemma-4-31B(-it), a UD-Q4_K_XL-like mix (17.4 GB; unsloth's is ~16 GiB, Q4_K_M 18.7 GB). Layers 5, 11, ..., 59 are global: 4 KV
     heads of 512, no V projection (K serves as V; llama.cpp still caches V); the other 50 slide
     over 1024 tokens with 16 KV heads of 256. Tied output, no shared-KV layers."""
-    L, E, FF, H, V = 60, 5376, 21504, 32, 262144
-    D_SWA, HKV_SWA, D_FULL, HKV_FULL = 256, 16, 512, 4
+    L, E, FF, H = 60, 5376, 21504, 32
     swa = [(i % 6) != 5 for i in range(L)]
-    m = Model("gemma4", "Gemma-4-31B-it", Vocab(V, "gemma4", bos=2, eos=1))
-    _common(
-        m,
-        n_layer=L,
-        n_embd=E,
-        n_ctx=262144,
-        n_head=H,
-        n_head_kv=[HKV_SWA if s else HKV_FULL for s in swa],
-        n_ff=FF,
-        rope_base=1000000.0,
-        rms_eps=1e-6,
+    m, heads = _gemma4_model(
+        "gemma4",
+        "Gemma-4-31B-it",
+        FTYPE_Q4_K_M,
+        L=L,
+        E=E,
+        FF=FF,
+        H=H,
+        swa=swa,
+        shared_kv_layers=0,
+        embd=Q.Q6_K,
     )
-    m.u32(".attention.key_length", D_FULL)
-    m.u32(".attention.value_length", D_FULL)
-    m.u32(".attention.key_length_swa", D_SWA)
-    m.u32(".attention.value_length_swa", D_SWA)
-    m.u32(".rope.dimension_count", D_FULL)
-    m.u32(".rope.dimension_count_swa", D_SWA)
-    m.f32(".rope.freq_base_swa", 10000.0)
-    m.u32(".attention.sliding_window", 1024)
-    m.bools(".attention.sliding_window_pattern", swa)
-    m.u32(".attention.shared_kv_layers", 0)
-    m.u32(".embedding_length_per_layer_input", 0)
-    m.f32(".final_logit_softcapping", 30.0)
-    _embeddings(m, V, E, Q.Q6_K, None)  # tied
-    m.t("rope_freqs.weight", (D_FULL // 2,))  # proportional rope of the global layers
-    for i in range(L):
+    for i, (d, hkv) in enumerate(heads):
         b = f"blk.{i}."
-        d, hkv = (D_SWA, HKV_SWA) if swa[i] else (D_FULL, HKV_FULL)
         more = more_bits(i, L)
         m.t(b + "attn_norm.weight", (E,))
         m.t(b + "attn_q.weight", (E, H * d), Q.Q4_K)
@@ -353,10 +399,7 @@ def gemma4(path: Path) -> Path:
         m.t(b + "attn_k_norm.weight", (d,))
         m.t(b + "post_attention_norm.weight", (E,))
         m.t(b + "layer_output_scale.weight", (1,))
-        m.t(b + "ffn_norm.weight", (E,))
-        m.t(b + "ffn_gate.weight", (E, FF), Q.IQ4_XS)
-        m.t(b + "ffn_up.weight", (E, FF), Q.IQ4_XS)
-        m.t(b + "ffn_down.weight", (FF, E), Q.Q4_K if more else Q.IQ4_XS)
+        _ffn(m, i, L, E, FF, gate_up=Q.IQ4_XS, down=Q.Q4_K if more else Q.IQ4_XS)
         m.t(b + "post_ffw_norm.weight", (E,))
     return m.write(path)
 
@@ -543,52 +586,31 @@ def gemma4_assistant(path: Path) -> Path:
     KV (src/models/gemma4-assistant.cpp; llama-model.cpp shares its cache with the target's last sliding and last
     global layer), and its token embeddings serve only as its output (tied; the input is the target's). The window
     is taken as the target's 1024 (the planner counts no KV for it)."""
-    L, E, FF, H, V, E_TARGET = 4, 1024, 8192, 32, 262144, 5376
-    D_SWA, HKV_SWA, D_FULL, HKV_FULL = 256, 16, 512, 4
-    swa = [True, True, True, False]
-    m = Model("gemma4-assistant", "Gemma-4-31B-it-assistant", Vocab(V, "gemma4", bos=2, eos=1), ftype=FTYPE_Q8_0)
-    _common(
-        m,
-        n_layer=L,
-        n_embd=E,
-        n_ctx=262144,
-        n_head=H,
-        n_head_kv=[HKV_SWA if s else HKV_FULL for s in swa],
-        n_ff=FF,
-        rope_base=1000000.0,
-        rms_eps=1e-6,
+    L, E, FF, H, E_TARGET = 4, 1024, 8192, 32, 5376
+    m, heads = _gemma4_model(
+        "gemma4-assistant",
+        "Gemma-4-31B-it-assistant",
+        FTYPE_Q8_0,
+        L=L,
+        E=E,
+        FF=FF,
+        H=H,
+        swa=[True, True, True, False],
+        shared_kv_layers=L,
+        embd=Q.Q8_0,  # tied: the output projection
+        extra_u32={".embedding_length_out": E_TARGET, ".nextn_predict_layers": L},
     )
-    m.u32(".embedding_length_out", E_TARGET)
-    m.u32(".nextn_predict_layers", L)
-    m.u32(".attention.key_length", D_FULL)
-    m.u32(".attention.value_length", D_FULL)
-    m.u32(".attention.key_length_swa", D_SWA)
-    m.u32(".attention.value_length_swa", D_SWA)
-    m.u32(".rope.dimension_count", D_FULL)
-    m.u32(".rope.dimension_count_swa", D_SWA)
-    m.f32(".rope.freq_base_swa", 10000.0)
-    m.u32(".attention.sliding_window", 1024)
-    m.bools(".attention.sliding_window_pattern", swa)
-    m.u32(".attention.shared_kv_layers", L)
-    m.u32(".embedding_length_per_layer_input", 0)
-    m.f32(".final_logit_softcapping", 30.0)
-    _embeddings(m, V, E, Q.Q8_0, None)  # tied: the output projection
-    m.t("rope_freqs.weight", (D_FULL // 2,))
     m.t("nextn.pre_projection.weight", (2 * E_TARGET, E), Q.Q8_0)
     m.t("nextn.post_projection.weight", (E, E_TARGET), Q.Q8_0)
-    for i in range(L):
+    for i, (d, _) in enumerate(heads):
         b = f"blk.{i}."
-        d = D_SWA if swa[i] else D_FULL
         m.t(b + "attn_norm.weight", (E,))
         m.t(b + "attn_q.weight", (E, H * d), Q.Q8_0)
         m.t(b + "attn_output.weight", (H * d, E), Q.Q8_0)
         m.t(b + "attn_q_norm.weight", (d,))
         m.t(b + "post_attention_norm.weight", (E,))
         m.t(b + "layer_output_scale.weight", (1,))
-        m.t(b + "ffn_norm.weight", (E,))
-        m.t(b + "ffn_gate.weight", (E, FF), Q.Q8_0)
-        m.t(b + "ffn_up.weight", (E, FF), Q.Q8_0)
-        m.t(b + "ffn_down.weight", (FF, E), Q.Q8_0)
+        _ffn(m, i, L, E, FF, gate_up=Q.Q8_0, down=Q.Q8_0)
         m.t(b + "post_ffw_norm.weight", (E,))
     return m.write(path)
 
