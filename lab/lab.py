@@ -35,6 +35,7 @@ from llama_rpc_deploy.settings import BY_NAME, EVERY_HOST, ROLES
 from llama_rpc_deploy.source import sha256_file
 
 from .testmodel import Shape, write_draft_model, write_model, write_random_sentence_model, write_sentence_model
+from .testgemma4 import write_gemma4_assistant, write_gemma4_sentence_model
 
 PROJECT = Path(__file__).resolve().parent.parent  # the checkout: lab/ sits at its top
 LAB_DIR = PROJECT / ".lab"
@@ -56,6 +57,10 @@ OTHER_VOCAB_SHAPE = Shape(n_layer=1, n_embd=64, n_head=2, n_head_kv=1, n_ff=128)
 DRAFT_MODEL = "/models-spec/draft.gguf"  # the sentence model's draft (llama-server -md, --spec-type draft-simple)
 RANDOM_MODEL = "/models-spec/random.gguf"  # a target on the same vocabulary whose text the draft does not predict
 OTHER_VOCAB_MODEL = "/models-spec/other-vocab.gguf"  # a draft of another vocabulary (write_model's): refused
+GEMMA4_MODEL = "/models-spec/gemma4.gguf"  # the sentence in Gemma 4's architecture (testgemma4.py) ...
+ASSISTANT_MODEL = (
+    "/models-spec/gemma4-assistant.gguf"  # ... and its assistant (draft-mtp), which skips every third word
+)
 # Flags that let systemd and a nested dockerd run in a container without --privileged (checked on this machine).
 HOST_FLAGS = [
     "--cap-add",
@@ -396,12 +401,19 @@ def place_model(container: str) -> None:
 
     Beside it, in a folder of its own (tests list MODEL's folder), the models for speculative decoding:
     DRAFT_MODEL, the sentence model's draft, RANDOM_MODEL, a target on the same vocabulary whose
-    text the draft does not predict, and OTHER_VOCAB_MODEL, a draft of another vocabulary. Each is generated once into CACHE and copied when it differs."""
+    text the draft does not predict, OTHER_VOCAB_MODEL, a draft of another vocabulary, and GEMMA4_MODEL with
+    ASSISTANT_MODEL, a Gemma 4 target and assistant (MTP drafting). Each is generated once into CACHE and copied when it differs."""
     models = [
         (CACHE / "lab-sentence.gguf", MODEL, lambda local: write_sentence_model(local, MODEL_SHAPE)),
         (CACHE / "lab-draft.gguf", DRAFT_MODEL, write_draft_model),
         (CACHE / "lab-random.gguf", RANDOM_MODEL, lambda local: write_random_sentence_model(local, MODEL_SHAPE)),
         (CACHE / "lab-other-vocab.gguf", OTHER_VOCAB_MODEL, lambda local: write_model(local, OTHER_VOCAB_SHAPE)),
+        (CACHE / "lab-gemma4.gguf", GEMMA4_MODEL, write_gemma4_sentence_model),  # before its assistant, built from it
+        (
+            CACHE / "lab-gemma4-assistant.gguf",
+            ASSISTANT_MODEL,
+            lambda local: write_gemma4_assistant(local, CACHE / "lab-gemma4.gguf"),
+        ),
     ]
     for local, remote, write in models:
         if not local.exists():

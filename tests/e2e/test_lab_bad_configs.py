@@ -154,6 +154,18 @@ HOST_CASES = [
         ),
     ),
     Bad(
+        "spec-assistant-on-the-cpu",
+        on_coordinator(
+            f'{{"llama_model_path": "{lab.GEMMA4_MODEL}", "llama_spec_draft_path": "{lab.ASSISTANT_MODEL}", '
+            '"llama_spec_draft_device": "CPU"}'
+        ),
+        (
+            "{c}: llama_spec_draft_device = 'CPU': the draft /models-spec/gemma4-assistant.gguf is a Gemma 4 assistant, "
+            "which reads the KV cache of the target's last layers where they are (RPC1), and llama.cpp aborts at "
+            "load with it on another device: expected None (the assistant on RPC1) or 'RPC1'",
+        ),
+    ),
+    Bad(
         "worker-sshd-unreachable",
         on_worker('{"transfer_ssh_port": 2}'),
         (
