@@ -61,20 +61,20 @@ def counters(endpoints: list[str]) -> dict[str, dict[str, int]]:
     return {endpoint: wire.parse(on(coordinator, wire.command(endpoint))) for endpoint in endpoints}
 
 
-def completion(cluster, n: int) -> tuple[dict, dict]:
+def completion(cluster, n: int, prompt: str = PROMPT) -> tuple[dict, dict]:
     before = counters(cluster.rpc_endpoints)
-    reply = client.complete(cluster, PROMPT, n, temperature=0, return_tokens=True)
+    reply = client.complete(cluster, prompt, n, temperature=0, return_tokens=True)
     after = counters(cluster.rpc_endpoints)
     delta = {e: {k: after[e][k] - before[e][k] for k in COUNTERS} for e in before}
     return reply, delta
 
 
-def measure(cluster, runs: int) -> list[dict]:
-    completion(cluster, LONG)  # warm-up: graphs built, the draft's context too
+def measure(cluster, runs: int, prompt: str = PROMPT) -> list[dict]:
+    completion(cluster, LONG, prompt)  # warm-up: graphs built, the draft's context too
     out = []
     for _ in range(runs):
-        short, d_short = completion(cluster, SHORT)
-        long, d_long = completion(cluster, LONG)
+        short, d_short = completion(cluster, SHORT, prompt)
+        long, d_long = completion(cluster, LONG, prompt)
         n = long["timings"]["predicted_n"] - short["timings"]["predicted_n"]
         out.append(
             {
@@ -90,9 +90,11 @@ def measure(cluster, runs: int) -> list[dict]:
     return out
 
 
-def ratio_rows(results: dict, seed: int = 36) -> list[dict]:
+def ratio_rows(results: dict, cases: list[tuple[str, str]] = CASES, seed: int = 36) -> list[dict]:
+    """Per (target, mode) of cases: its ratio to the target's plain mode, results[target][mode] a list of rounds,
+    each a list of measure()'s runs."""
     rows = []
-    for target, mode in CASES:
+    for target, mode in cases:
         rounds = results[target][mode]
         plain = results[target]["plain"]
         ratios = [

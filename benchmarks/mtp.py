@@ -1,0 +1,142 @@
+"""MTP-style drafting over the split (issue 36): a Gemma 4 assistant, where the deploy puts it and elsewhere, against
+plain decoding, at a short prompt and at 3/4 of the context; tokens/s and what crosses the wire per generated token.
+
+    python3 -m benchmarks.mtp [--rounds 3] [--runs 3] [--out docs/results/mtp.md]
+
+The lab up and deployed (`python3 -m llama_rpc_deploy lab up --workers 2`, then `pyinfra -y .lab/inventory.py
+deploy.py`); about 15 minutes with 3 rounds. Each lab host is pinned to its own core (`lab pin`).
+
+The article's case: MTP drafting over RPC gave nothing, and half the speed at a long context. The lab's stand-in
+(lab/testgemma4.py): lab.GEMMA4_MODEL, the lab's sentence in Gemma 4's architecture (8 layers, sliding and global
+attention), and lab.ASSISTANT_MODEL, its gemma4-assistant (llama-server --spec-type draft-mtp), whose drafts skip
+every third word of the sentence, so some are rejected. The assistant has no KV cache of its own: its layers read the
+target's last two layers' KV, and its first input is the target's last hidden state. The lab's split: layers 2..7 and
+the output on the two workers (-ngl 6), so the target's last layers are on RPC1.
+
+Modes, each deployed once a round (the order turned by one every round), one slot (llama_parallel 1, 2048 tokens):
+  plain                       no speculation;
+  assistant (default: RPC1)   the deploy's placement: the device of the target's last layers
+                              (speculation.last_layers_device);
+  assistant following --device
+                              llama.cpp's default placement, as the article ran it (the draft's flags in
+                              llama_extra_args, no --spec-draft-device): the assistant's layers spread over RPC0 and
+                              RPC1, so the KV they read is copied between devices through the coordinator on every
+                              draft pass. (Asked for on RPC0 alone, or on the CPU, llama.cpp aborts at load: the
+                              deploy refuses both, speculation.placement_problem.)
+Each mode is measured at two prompts: PROMPT (short), and a prompt of 3/4 of the context (sentence words, then
+PROMPT), the case where the article measured 0.5x. As in benchmarks/speculation.py: --runs times, after a warm-up, two
+greedy completions (16 and 64 tokens); llama-server's tokens/s (the 64-token one's), drafted and accepted tokens,
+and the coordinator's kernel counters for its connection to each worker, per generated token = (64's - 16's) / the
+tokens between: bytes down and up, and data segments down, about two a round trip (rpc-server writes a reply's size,
+then the reply). Ratios: mode / plain, the median of the rounds' ratios, 95% bootstrap interval over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from benchmarks.labkit import INVENTORY, RESULTS, cpu_model, deploy, git, log
+from benchmarks.speculation import measure, ratio_rows
+from lab import lab
+from lab.testmodel import PROMPT, SENTENCE, tokenize
+from llama_rpc_deploy.loading import offline_cluster
+from llama_rpc_deploy.loadtest import until_serving
+
+CONTEXT = 2048  # the lab's llama_ctx_size, one slot
+BASE = {"llama_model_path": lab.GEMMA4_MODEL, "llama_parallel": 1}
+MODES = {
+    "plain": {},
+    "assistant (default: RPC1)": {"llama_spec_draft_path": lab.ASSISTANT_MODEL},
+    "assistant following --device": {  # llama.cpp's default placement, as the article ran it: by flags alone
+        "llama_extra_args": [
+            "--spec-draft-model",
+            f"/models/{Path(lab.ASSISTANT_MODEL).name}",
+            "--spec-type",
+            "draft-mtp",
+        ]
+    },
+}
+
+
+def long_prompt(tokens: int = CONTEXT * 3 // 4) -> str:
+    """Words of the sentence, five at a time from a moving start, before PROMPT: at least `tokens` tokens (the lab's
+    tokenizer, testmodel.tokenize, is llama.cpp's), so the recital starts past 3/4 of the context."""
+    words, text, k = SENTENCE.split(), PROMPT, 0
+    while len(tokenize(text)) < tokens:
+        text = " ".join(words[k % len(words) : k % len(words) + 5]) + " " + text
+        k += 3
+    return text
+
+
+PROMPTS = {"short prompt": PROMPT, "3/4 context": long_prompt()}
+CASES = [(p, m) for p in PROMPTS for m in MODES]
+
+
+def report(rows: list[dict], meta: dict) -> str:
+    lines = [
+        "# MTP-style drafting over the split: a Gemma 4 assistant (issue 36)",
+        "",
+        f"`python3 -m benchmarks.mtp --rounds {meta['rounds']} --runs {meta['runs']}`, {meta['date']}, commit "
+        f"{meta['commit']}, {meta['cpu']}: the lab (coordinator and two CPU workers, each pinned to its own core), "
+        f"the lab's Gemma 4 target and assistant (lab/testgemma4.py), one slot of {CONTEXT} tokens; the 3/4-context "
+        f"prompt is {meta['long_prompt_tokens']} tokens. Ratios: mode / plain tokens/s at the same prompt, the median "
+        "of the rounds' ratios with a 95% bootstrap interval over rounds. Per generated token, per worker (RPC0; RPC1): "
+        "bytes down / up and data segments down (about two a round trip).",
+        "",
+        "| prompt | mode | tok/s | ratio (95%) | accepted / drafted | same tokens | per token, per worker: down B / up B / segs down |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        wire = "; ".join(
+            f"{w['bytes_received']:.0f} / {w['bytes_acked']:.0f} / {w['data_segs_in']:.2f}" for w in r["wire"].values()
+        )
+        acc = f"{r['accepted']} / {r['drafted']} ({r['acceptance']:.0%})" if r["acceptance"] is not None else "-"
+        lines.append(
+            f"| {r['target']} | {r['mode']} | {r['tokens_per_s']:.1f} | {r['ratio']:.2f} "
+            f"({r['interval'][0]:.2f} to {r['interval'][1]:.2f}) | {acc} | {'yes' if r['same_tokens'] else 'NO'} | {wire} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=RESULTS / "mtp.md")
+    args = parser.parse_args(argv)
+    modes = list(MODES)
+    results: dict = {p: {m: [] for m in MODES} for p in PROMPTS}
+    lab.pin()
+    try:
+        for round_ in range(args.rounds):
+            turn = round_ % len(modes)
+            for mode in modes[turn:] + modes[:turn]:
+                data = {**BASE, **MODES[mode]}
+                log(f"round {round_ + 1}: {mode}")
+                deploy(INVENTORY, *(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in data.items()))
+                cluster = offline_cluster(INVENTORY, overrides=data)
+                until_serving(cluster, 120, expect_down=False)
+                for name, prompt in PROMPTS.items():
+                    results[name][mode].append(measure(cluster, args.runs, prompt))
+    finally:
+        deploy(INVENTORY)
+        lab.pin(unpin=True)
+    rows = ratio_rows(results, CASES)
+    meta = {
+        "rounds": args.rounds,
+        "runs": args.runs,
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "cpu": cpu_model(),
+        "long_prompt_tokens": len(tokenize(PROMPTS["3/4 context"])),
+    }
+    args.out.write_text(report(rows, meta))
+    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
