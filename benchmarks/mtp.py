@@ -39,11 +39,9 @@ import time
 from pathlib import Path
 
 from benchmarks.labkit import INVENTORY, RESULTS, cpu_model, deploy, git, log
-from benchmarks.speculation import measure, ratio_rows
+from benchmarks.speculation import deployed, measure, ratio_rows, table
 from lab import lab
 from lab.testmodel import PROMPT, SENTENCE, tokenize
-from llama_rpc_deploy.loading import offline_cluster
-from llama_rpc_deploy.loadtest import until_serving
 
 CONTEXT = 2048  # the lab's llama_ctx_size, one slot
 BASE = {"llama_model_path": lab.GEMMA4_MODEL, "llama_parallel": 1}
@@ -86,18 +84,8 @@ def report(rows: list[dict], meta: dict) -> str:
         "of the rounds' ratios with a 95% bootstrap interval over rounds. Per generated token, per worker (RPC0; RPC1): "
         "bytes down / up and data segments down (about two a round trip).",
         "",
-        "| prompt | mode | tok/s | ratio (95%) | accepted / drafted | same tokens | per token, per worker: down B / up B / segs down |",
-        "|---|---|---|---|---|---|---|",
+        *table(rows, "prompt"),
     ]
-    for r in rows:
-        wire = "; ".join(
-            f"{w['bytes_received']:.0f} / {w['bytes_acked']:.0f} / {w['data_segs_in']:.2f}" for w in r["wire"].values()
-        )
-        acc = f"{r['accepted']} / {r['drafted']} ({r['acceptance']:.0%})" if r["acceptance"] is not None else "-"
-        lines.append(
-            f"| {r['target']} | {r['mode']} | {r['tokens_per_s']:.1f} | {r['ratio']:.2f} "
-            f"({r['interval'][0]:.2f} to {r['interval'][1]:.2f}) | {acc} | {'yes' if r['same_tokens'] else 'NO'} | {wire} |"
-        )
     return "\n".join(lines) + "\n"
 
 
@@ -116,9 +104,7 @@ def main(argv: list[str] | None = None) -> None:
             for mode in modes[turn:] + modes[:turn]:
                 data = {**BASE, **MODES[mode]}
                 log(f"round {round_ + 1}: {mode}")
-                deploy(INVENTORY, *(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in data.items()))
-                cluster = offline_cluster(INVENTORY, overrides=data)
-                until_serving(cluster, 120, expect_down=False)
+                cluster = deployed(data)
                 for name, prompt in PROMPTS.items():
                     results[name][mode].append(measure(cluster, args.runs, prompt))
     finally:

@@ -90,6 +90,14 @@ def measure(cluster, runs: int, prompt: str = PROMPT) -> list[dict]:
     return out
 
 
+def deployed(data: dict):
+    """The lab deployed with these settings (the deploy's --data, JSON where not a string), serving: its Cluster."""
+    deploy(INVENTORY, *(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in data.items()))
+    cluster = offline_cluster(INVENTORY, overrides=data)
+    until_serving(cluster, 120, expect_down=False)
+    return cluster
+
+
 def ratio_rows(results: dict, cases: list[tuple[str, str]] = CASES, seed: int = 36) -> list[dict]:
     """Per (target, mode) of cases: its ratio to the target's plain mode, results[target][mode] a list of rounds,
     each a list of measure()'s runs."""
@@ -124,18 +132,10 @@ def ratio_rows(results: dict, cases: list[tuple[str, str]] = CASES, seed: int = 
     return rows
 
 
-def report(rows: list[dict], meta: dict) -> str:
-    n_embd, n_vocab = lab.MODEL_SHAPE.n_embd, meta["n_vocab"]
+def table(rows: list[dict], first: str) -> list[str]:
+    """ratio_rows' rows as a Markdown table, the first column (each row's "target") headed `first`."""
     lines = [
-        "# Speculative decoding over the split (issue 36)",
-        "",
-        f"`python3 -m benchmarks.speculation --rounds {meta['rounds']} --runs {meta['runs']}`, {meta['date']}, "
-        f"commit {meta['commit']}, {meta['cpu']}: the lab (coordinator and two CPU workers, each pinned to its own "
-        "core), the draft on the coordinator's CPU unless said. Ratios: mode / plain tokens/s, the median of the "
-        "rounds' ratios with a 95% bootstrap interval over rounds. Per generated token, per worker (its --rpc "
-        "endpoint on the coordinator): bytes down / up and data segments down (the round-trip estimate).",
-        "",
-        "| target | mode | tok/s | ratio (95%) | accepted / drafted | same tokens | per token, per worker: down B / up B / segs down |",
+        f"| {first} | mode | tok/s | ratio (95%) | accepted / drafted | same tokens | per token, per worker: down B / up B / segs down |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -147,6 +147,22 @@ def report(rows: list[dict], meta: dict) -> str:
             f"| {r['target']} | {r['mode']} | {r['tokens_per_s']:.1f} | {r['ratio']:.2f} "
             f"({r['interval'][0]:.2f} to {r['interval'][1]:.2f}) | {acc} | {'yes' if r['same_tokens'] else 'NO'} | {wire} |"
         )
+    return lines
+
+
+def report(rows: list[dict], meta: dict) -> str:
+    n_embd, n_vocab = lab.MODEL_SHAPE.n_embd, meta["n_vocab"]
+    lines = [
+        "# Speculative decoding over the split (issue 36)",
+        "",
+        f"`python3 -m benchmarks.speculation --rounds {meta['rounds']} --runs {meta['runs']}`, {meta['date']}, "
+        f"commit {meta['commit']}, {meta['cpu']}: the lab (coordinator and two CPU workers, each pinned to its own "
+        "core), the draft on the coordinator's CPU unless said. Ratios: mode / plain tokens/s, the median of the "
+        "rounds' ratios with a 95% bootstrap interval over rounds. Per generated token, per worker (its --rpc "
+        "endpoint on the coordinator): bytes down / up and data segments down (the round-trip estimate).",
+        "",
+        *table(rows, "target"),
+    ]
     plain = next(r for r in rows if r["target"] == "sentence" and r["mode"] == "plain")
     down = [w["bytes_received"] for w in plain["wire"].values()]
     lines += [
@@ -173,9 +189,7 @@ def main(argv: list[str] | None = None) -> None:
             for target, mode in CASES[turn:] + CASES[:turn]:
                 data = {"llama_model_path": TARGETS[target], **MODES[mode]}
                 log(f"round {round_ + 1}: {target}, {mode}")
-                deploy(INVENTORY, *(f"{k}={v}" for k, v in data.items()))
-                cluster = offline_cluster(INVENTORY, overrides=data)
-                until_serving(cluster, 120, expect_down=False)
+                cluster = deployed(data)
                 results[target][mode].append(measure(cluster, args.runs))
     finally:
         deploy(INVENTORY)

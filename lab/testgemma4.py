@@ -33,15 +33,14 @@ from .testmodel import (
     OUTPUT_STD,
     PROMPT,
     SENTENCE_LOGIT,
-    BOS,
-    EOS,
-    UNK,
     Shape,
+    add_vocabulary,
     cycle,
     draft_successors,
     next_tokens,
     recital,
     sentence_vocabulary,
+    write_tensors,
 )
 
 GEMMA4_SHAPE = Shape(n_layer=8, n_embd=512, n_head=8, n_head_kv=4, n_ff=1536, n_ctx_train=8192, seed=4444)
@@ -74,7 +73,6 @@ def _head_dim(shape: Shape) -> int:
 
 def _writer(path: Path, arch: str, shape: Shape, head_dim: int, name: str) -> GGUFWriter:
     """A GGUFWriter with the gemma4 family's keys (conversion/gemma.py) and the sentence vocabulary."""
-    tokens, scores, types = sentence_vocabulary()
     n = shape.n_layer
     writer = GGUFWriter(str(path), arch)
     writer.add_name(name)
@@ -99,27 +97,8 @@ def _writer(path: Path, arch: str, shape: Shape, head_dim: int, name: str) -> GG
     writer.add_embedding_length_per_layer_input(0)
     writer.add_final_logit_softcapping(SOFTCAP)
     writer.add_file_type(1)  # mostly f16
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(tokens)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(BOS)
-    writer.add_eos_token_id(EOS)
-    writer.add_unk_token_id(UNK)
-    writer.add_add_bos_token(True)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    add_vocabulary(writer, sentence_vocabulary(), CHAT_TEMPLATE)
     return writer
-
-
-def _write(writer: GGUFWriter, path: Path, tensors: dict[str, np.ndarray]) -> Path:
-    for name, data in tensors.items():
-        writer.add_tensor(name, data)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 def directions() -> np.ndarray:
@@ -137,6 +116,36 @@ def directions() -> np.ndarray:
 # --- the target ---------------------------------------------------------------------------------------------
 
 
+def blocks(shape: Shape, head_dim: int, weight, post_norm: float, own_kv: bool) -> dict[str, np.ndarray]:
+    """The transformer blocks of a gemma4 target (own_kv: its K and V projections and K norm) or of a
+    gemma4-assistant (none: it reads the target's KV), weight(*numpy_shape) drawing each matrix in turn, unit
+    pre-norms and post norms of post_norm."""
+    n_q, n_kv, out = shape.n_head * head_dim, shape.n_head_kv * head_dim, {}
+    for i in range(shape.n_layer):
+        p = f"blk.{i}."
+        out[p + "attn_norm.weight"] = _full(shape.n_embd, 1.0)
+        out[p + "attn_q.weight"] = weight(n_q, shape.n_embd)
+        if own_kv:
+            out[p + "attn_k.weight"] = weight(n_kv, shape.n_embd)
+            out[p + "attn_v.weight"] = weight(n_kv, shape.n_embd)
+        out[p + "attn_output.weight"] = weight(shape.n_embd, n_q)
+        out[p + "attn_q_norm.weight"] = _full(head_dim, 1.0)
+        if own_kv:
+            out[p + "attn_k_norm.weight"] = _full(head_dim, 1.0)
+        out[p + "post_attention_norm.weight"] = _full(shape.n_embd, post_norm)
+        out[p + "layer_output_scale.weight"] = _full(1, 1.0)
+        out[p + "ffn_norm.weight"] = _full(shape.n_embd, 1.0)
+        out[p + "ffn_gate.weight"] = weight(shape.n_ff, shape.n_embd)
+        out[p + "ffn_up.weight"] = weight(shape.n_ff, shape.n_embd)
+        out[p + "ffn_down.weight"] = weight(shape.n_embd, shape.n_ff)
+        out[p + "post_ffw_norm.weight"] = _full(shape.n_embd, post_norm)
+    return out
+
+
+def _full(n: int, value: float) -> np.ndarray:
+    return np.full(n, value, dtype=np.float32)
+
+
 def gemma4_sentence_weights(shape: Shape = GEMMA4_SHAPE) -> dict[str, np.ndarray]:
     """Every tensor of the gemma4 sentence model, by GGUF name (numpy shape: ggml's ne reversed).
 
@@ -152,35 +161,16 @@ def gemma4_sentence_weights(shape: Shape = GEMMA4_SHAPE) -> dict[str, np.ndarray
         raise ValueError(f"n_embd {shape.n_embd} must exceed the {len(words)} words of the sentence")
     direction = directions()
     head_dim = _head_dim(shape)
-    n_q, n_kv = shape.n_head * head_dim, shape.n_head_kv * head_dim
 
     def weight(*numpy_shape: int) -> np.ndarray:
         return (rng.standard_normal(numpy_shape) * LAYER_STD).astype(np.float16)
 
-    def full(n: int, value: float) -> np.ndarray:
-        return np.full(n, value, dtype=np.float32)
-
     embd = rng.standard_normal((n_vocab, shape.n_embd)) * 0.02
     embd[np.arange(n_vocab), direction] += EMBED_SCALE
     tensors = {"token_embd.weight": (embd / np.sqrt(shape.n_embd)).astype(np.float16)}
-    tensors["output_norm.weight"] = full(shape.n_embd, 1.0)
-    tensors["rope_freqs.weight"] = full(head_dim // 2, 1.0)  # the global layers' frequency factors
-    for i in range(shape.n_layer):
-        p = f"blk.{i}."
-        tensors[p + "attn_norm.weight"] = full(shape.n_embd, 1.0)
-        tensors[p + "attn_q.weight"] = weight(n_q, shape.n_embd)
-        tensors[p + "attn_k.weight"] = weight(n_kv, shape.n_embd)
-        tensors[p + "attn_v.weight"] = weight(n_kv, shape.n_embd)
-        tensors[p + "attn_output.weight"] = weight(shape.n_embd, n_q)
-        tensors[p + "attn_q_norm.weight"] = full(head_dim, 1.0)
-        tensors[p + "attn_k_norm.weight"] = full(head_dim, 1.0)
-        tensors[p + "post_attention_norm.weight"] = full(shape.n_embd, POST_NORM)
-        tensors[p + "layer_output_scale.weight"] = full(1, 1.0)
-        tensors[p + "ffn_norm.weight"] = full(shape.n_embd, 1.0)
-        tensors[p + "ffn_gate.weight"] = weight(shape.n_ff, shape.n_embd)
-        tensors[p + "ffn_up.weight"] = weight(shape.n_ff, shape.n_embd)
-        tensors[p + "ffn_down.weight"] = weight(shape.n_embd, shape.n_ff)
-        tensors[p + "post_ffw_norm.weight"] = full(shape.n_embd, POST_NORM)
+    tensors["output_norm.weight"] = _full(shape.n_embd, 1.0)
+    tensors["rope_freqs.weight"] = _full(head_dim // 2, 1.0)  # the global layers' frequency factors
+    tensors |= blocks(shape, head_dim, weight, POST_NORM, own_kv=True)
     output = rng.standard_normal((n_vocab, shape.n_embd)) * OUTPUT_STD
     table = next_tokens()
     weight_logit = SENTENCE_LOGIT / np.sqrt(shape.n_embd)
@@ -197,7 +187,7 @@ def write_gemma4_sentence_model(path: Path, shape: Shape = GEMMA4_SHAPE) -> Path
     writer = _writer(
         path, "gemma4", shape, _head_dim(shape), "llama-rpc-deploy gemma4 sentence model (greedy output is known)"
     )
-    return _write(writer, path, gemma4_sentence_weights(shape))
+    return write_tensors(writer, path, gemma4_sentence_weights(shape))
 
 
 # --- the assistant ------------------------------------------------------------------------------------------
@@ -257,13 +247,9 @@ def gemma4_assistant_weights(
     n_dir = len(table)
     rng = np.random.default_rng(shape.seed)
     head_dim = weights["blk.0.attn_q_norm.weight"].shape[0]
-    n_q = shape.n_head * head_dim
 
     def weight(*numpy_shape: int, std: float = LAYER_STD) -> np.ndarray:
         return (rng.standard_normal(numpy_shape) * std).astype(np.float16)
-
-    def full(n: int, value: float) -> np.ndarray:
-        return np.full(n, value, dtype=np.float32)
 
     pre = rng.standard_normal((shape.n_embd, 2 * n_embd)) * ASSISTANT_H_STD
     pre[:, :n_embd] = 0.0
@@ -272,24 +258,12 @@ def gemma4_assistant_weights(
     out[table, np.arange(n_dir)] += SENTENCE_LOGIT / np.sqrt(shape.n_embd)
     tensors = {
         "token_embd.weight": out.astype(np.float16),
-        "output_norm.weight": full(shape.n_embd, 1.0),
+        "output_norm.weight": _full(shape.n_embd, 1.0),
         "nextn.pre_projection.weight": pre.astype(np.float16),
         "nextn.post_projection.weight": weight(n_embd, shape.n_embd),
-        "rope_freqs.weight": full(head_dim // 2, 1.0),
+        "rope_freqs.weight": _full(head_dim // 2, 1.0),
     }
-    for i in range(shape.n_layer):
-        p = f"blk.{i}."
-        tensors[p + "attn_norm.weight"] = full(shape.n_embd, 1.0)
-        tensors[p + "attn_q.weight"] = weight(n_q, shape.n_embd)
-        tensors[p + "attn_output.weight"] = weight(shape.n_embd, n_q)
-        tensors[p + "attn_q_norm.weight"] = full(head_dim, 1.0)
-        tensors[p + "post_attention_norm.weight"] = full(shape.n_embd, ASSISTANT_POST_NORM)
-        tensors[p + "layer_output_scale.weight"] = full(1, 1.0)
-        tensors[p + "ffn_norm.weight"] = full(shape.n_embd, 1.0)
-        tensors[p + "ffn_gate.weight"] = weight(shape.n_ff, shape.n_embd)
-        tensors[p + "ffn_up.weight"] = weight(shape.n_ff, shape.n_embd)
-        tensors[p + "ffn_down.weight"] = weight(shape.n_embd, shape.n_ff)
-        tensors[p + "post_ffw_norm.weight"] = full(shape.n_embd, ASSISTANT_POST_NORM)
+    tensors |= blocks(shape, head_dim, weight, ASSISTANT_POST_NORM, own_kv=False)
     return tensors
 
 
@@ -308,7 +282,7 @@ def write_gemma4_assistant(
     writer = _writer(path, "gemma4-assistant", shape, head_dim, "llama-rpc-deploy gemma4 assistant (MTP drafter)")
     writer.add_embedding_length_out(n_embd)  # the target's hidden size: the width of h and of its embeddings
     writer.add_nextn_predict_layers(shape.n_layer)
-    return _write(writer, path, gemma4_assistant_weights(weights, successors, shape))
+    return write_tensors(writer, path, gemma4_assistant_weights(weights, successors, shape))
 
 
 # --- a numpy reference of llama.cpp's gemma4 graph, for the margins -------------------------------------------

@@ -85,7 +85,6 @@ def _write_gguf(
 ) -> Path:
     """The GGUF file, or with split_max_tensors the shards llama-gguf-split would write
     (PATH-00001-of-0000N.gguf, …): the path of the first one."""
-    tokens, scores, types = vocab
     head_dim = shape.n_embd // shape.n_head
     writer = GGUFWriter(str(path), "llama", split_max_tensors=split_max_tensors)
     writer.add_name(name)
@@ -98,6 +97,15 @@ def _write_gguf(
     writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(RMS_EPS)
     writer.add_file_type(1)  # mostly f16
+    add_vocabulary(writer, vocab, chat_template)
+    return write_tensors(writer, path, tensors)
+
+
+def add_vocabulary(
+    writer: GGUFWriter, vocab: tuple[list[bytes], list[float], list[int]], chat_template: str | None = None
+) -> None:
+    """The tokenizer's keys (llama.cpp's SentencePiece "llama" tokenizer, with BOS added), and the chat template."""
+    tokens, scores, types = vocab
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
@@ -108,7 +116,6 @@ def _write_gguf(
     writer.add_add_bos_token(True)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
-    return write_tensors(writer, path, tensors)
 
 
 def write_tensors(writer: GGUFWriter, path: Path, tensors: dict[str, np.ndarray]) -> Path:
