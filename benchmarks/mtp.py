@@ -10,13 +10,13 @@ The article's case: MTP drafting over RPC gave nothing, and half the speed at a 
 (lab/testgemma4.py): lab.GEMMA4_MODEL, the lab's sentence in Gemma 4's architecture (8 layers, sliding and global
 attention), and lab.ASSISTANT_MODEL, its gemma4-assistant (llama-server --spec-type draft-mtp), whose drafts skip
 every third word of the sentence, so some are rejected. The assistant has no KV cache of its own: its layers read the
-target's last two layers' KV, and its first input is the target's last hidden state. The lab's split: layers 2..7 and
+target's last two layers' KV, and its first input is the target's last hidden state. The lab's split: layers 3..7 and
 the output on the two workers (-ngl 6), so the target's last layers are on RPC1.
 
 Modes, each deployed once a round (the order turned by one every round), one slot (llama_parallel 1, 2048 tokens):
   plain                       no speculation;
   assistant (default: RPC1)   the deploy's placement: the device of the target's last layers
-                              (speculation.last_layers_device);
+                              (speculation.assistant_device, settled by the deploy);
   assistant following --device
                               llama.cpp's default placement, as the article ran it (the draft's flags in
                               llama_extra_args, no --spec-draft-device): the assistant's layers spread over RPC0 and

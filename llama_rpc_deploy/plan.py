@@ -225,7 +225,7 @@ class DraftMemory:
 # Drafts whose every layer reads the target's KV cache: the Gemma 4 assistant (src/models/gemma4-assistant.cpp has no
 # K or V projection; llama-model.cpp's create_memory shares each of its layers with the target's last sliding or
 # last global layer, so its cache allocates nothing)
-SHARED_KV_DRAFTS = ("gemma4-assistant",)
+SHARED_KV_DRAFTS = speculation.SHARED_KV_DRAFTS
 
 
 def draft_memory(draft: ModelInfo, kind: str, device: str, context: Context) -> DraftMemory:
@@ -546,7 +546,7 @@ def plan_cluster(
     devices = devices_of(cluster, reported)
     context = context_of(s)
     kind = s["llama_spec_type"] or (speculation.type_of_draft(draft) if draft else None)
-    draft_on = speculation.draft_device(cluster, kind) if draft else None
+    draft_on = speculation.draft_device(cluster, draft) if draft else None
 
     def held(c: Context) -> dict[str, int]:
         """What the draft holds on its device at context c (nothing on the CPU): the auto split leaves it room."""
@@ -592,6 +592,11 @@ def plan_cluster(
         for p in placements:
             p.kv = 0
     drafted = None
+    if draft is not None and draft.arch in SHARED_KV_DRAFTS:  # where the KV it reads is, as placed
+        draft_on, problem = speculation.assistant_device(model, placements, s["llama_extra_args"])
+        problem = problem or speculation.placement_problem(cluster, draft, draft_on)
+        if problem:
+            problems.append(problem)
     if draft is not None:
         drafted = draft_memory(draft, kind, draft_on, context)
         host_bytes += drafted.input_bytes
@@ -636,13 +641,12 @@ def plan_cluster(
             "every worker (the lab: 1.11x against 1.95x on the coordinator; the article's MTP, 0.5x): set "
             "llama_spec_draft_path instead, which keeps it on the coordinator and checks it against the model"
         )
-    mtp_in_place = kind == "draft-mtp" and drafted and drafted.device == speculation.last_layers_device(cluster)
-    if drafted and drafted.device != speculation.CPU and drafted.device not in cluster.local_devices:
-        if not mtp_in_place:  # an MTP draft reads the target's last layers where they are: it belongs there
-            warnings.append(
-                f"the draft model runs on {drafted.device}, a worker's device (llama_spec_draft_device): each "
-                "drafted token waits on the network"
-            )
+    in_place = draft is not None and draft.arch in SHARED_KV_DRAFTS  # it reads the target's KV where it is
+    if drafted and drafted.device != speculation.CPU and drafted.device not in cluster.local_devices and not in_place:
+        warnings.append(
+            f"the draft model runs on {drafted.device}, a worker's device (llama_spec_draft_device): each "
+            "drafted token waits on the network"
+        )
     largest = {}
     if model.kv_modeled and devices and all(d.vram_bytes for d in devices) and ngl >= model.n_layer + 1:
         largest = {
@@ -793,9 +797,7 @@ def command(args) -> int:
             except Exception as error:  # not a GGUF file, cut short, a shard missing
                 print(f"error: {what} {path}: not a readable GGUF file: {error}", file=sys.stderr)
                 return 2
-        problem = speculation.files_problem(
-            view.settings["llama_spec_type"], read["--model"], read.get("--draft")
-        ) or speculation.placement_problem(view, read.get("--draft"))
+        problem = speculation.files_problem(view.settings["llama_spec_type"], read["--model"], read.get("--draft"))
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return 2

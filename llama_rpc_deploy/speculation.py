@@ -102,22 +102,26 @@ def max_candidates(settings: dict) -> list[int]:
     return [0] + [n for n in (high // 2, high * 2) if 1 <= n <= limit and n != high]
 
 
-def draft_device(cluster, kind: str | None = None) -> str:
-    """Where the draft model runs: llama_spec_draft_device, or else, for an MTP draft (kind, or the settings' type),
-    the device of the target's last layers, whose KV and hidden state it reads (last_layers_device), or else the
-    coordinator's own last device (its last GPU, which holds the target's last layers and output), or its CPU."""
+def draft_device(cluster, draft: ModelInfo | None = None) -> str:
+    """Where the draft model runs: llama_spec_draft_device (for a Gemma 4 assistant, settled by the deploy to the
+    device of the KV it reads: assistant_device), or else, for an assistant (draft given), that device as the
+    settings alone suggest it (last_layers_device), or else the coordinator's own last device (its last GPU, which
+    holds the target's last layers and output), or its CPU."""
     chosen = cluster.settings[DEVICE_KEY]
     if chosen:
         return chosen
-    if (kind or cluster.settings["llama_spec_type"]) == "draft-mtp":
+    if draft is not None and draft.arch in SHARED_KV_DRAFTS:
         return last_layers_device(cluster)
     return cluster.local_devices[-1] if cluster.local_devices else CPU
 
 
+SHARED_KV_DRAFTS = ("gemma4-assistant",)  # drafts with no KV of their own: they read the target's
+
+
 def last_layers_device(cluster) -> str:
-    """The device of the target's last layers and output: -ngl offloads the last layers first, onto the last
-    device of --device with a share of the split (the coordinator's own last GPU: remote cards first, local last;
-    the last worker's when the coordinator has none), or none offloaded: the CPU."""
+    """The device of the target's last layers as the settings alone suggest it, before the model's header is read:
+    the last device of --device with a share of the split, or the CPU with nothing offloaded. assistant_device
+    gives the placement's own answer."""
     s = cluster.settings
     if s["llama_n_gpu_layers"] == 0 or not cluster.devices:
         return CPU
@@ -128,20 +132,42 @@ def last_layers_device(cluster) -> str:
     return cluster.devices[-1]
 
 
-def placement_problem(cluster, draft: ModelInfo | None) -> str:
-    """A Gemma 4 assistant anywhere but on the device of the target's last layers ('' when not): it reads their KV
-    cache in place, and llama.cpp aborts at load when the assistant's device cannot reach that buffer (the lab:
-    on the CPU, "pre-allocated tensor cache_k_l4 in RPC0 buffer"; on RPC0 with the KV on RPC1, "pre-allocated
-    tensor (cache_k_l6) in a buffer ... that cannot run the operation")."""
-    if draft is None or draft.arch != "gemma4-assistant":
-        return ""
-    last, device = last_layers_device(cluster), draft_device(cluster, "draft-mtp")
-    if device == last:
+KV_OFF_FLAGS = ("-nkvo", "--no-kv-offload")  # llama_extra_args that keep every layer's KV in host memory
+
+
+def assistant_device(target: ModelInfo, placements, extra_args: list[str]) -> tuple[str, str]:
+    """(device, problem) for a Gemma 4 assistant on this target: the device whose KV cache holds the target's last
+    two layers, which the assistant reads in place (llama-model.cpp: its SWA layers read layer n-2's, its global
+    one n-1's), from the planner's placements (llama.cpp's -ngl and split rule); the CPU where they are not
+    offloaded. problem: those two layers on two devices, which no placement of the assistant can serve."""
+    if any(a.startswith(KV_OFF_FLAGS) for a in extra_args):
+        return CPU, ""
+
+    def device_of(layer: int) -> str:
+        return next((p.device.name for p in placements if layer in p.layers), CPU)
+
+    before, last = device_of(target.n_layer - 2), device_of(target.n_layer - 1)
+    if before != last:
+        return last, (
+            f"the target's layers {target.n_layer - 2} and {target.n_layer - 1}, whose KV cache the Gemma 4 "
+            f"assistant reads in place, are on {before} and {last}: expected llama_tensor_split and "
+            "llama_n_gpu_layers that keep them on one device"
+        )
+    return last, ""
+
+
+def placement_problem(cluster, draft: ModelInfo, device: str) -> str:
+    """A Gemma 4 assistant asked for anywhere but `device` (assistant_device's): llama.cpp aborts at load when its
+    device cannot reach the KV it reads (the lab: on the CPU, "pre-allocated tensor cache_k_l4 in RPC0 buffer";
+    on RPC0 with the KV on RPC1, "pre-allocated tensor (cache_k_l6) in a buffer ... that cannot run the
+    operation")."""
+    chosen = cluster.settings[DEVICE_KEY]
+    if not chosen or chosen == device:
         return ""
     return (
-        f"{cluster.coordinator.origins[DEVICE_KEY]}: {DEVICE_KEY} = {device!r}: the draft {draft.path} is a Gemma 4 "
-        f"assistant, which reads the KV cache of the target's last layers where they are ({last}), and llama.cpp "
-        f"aborts at load with it on another device: expected None (the assistant on {last}) or {last!r}"
+        f"{cluster.coordinator.origins[DEVICE_KEY]}: {DEVICE_KEY} = {chosen!r}: the draft {draft.path} is a Gemma 4 "
+        f"assistant, which reads the KV cache of the target's last layers where they are ({device}), and llama.cpp "
+        f"aborts at load with it on another device: expected None (the assistant on {device}) or {device!r}"
     )
 
 

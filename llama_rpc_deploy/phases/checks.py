@@ -134,6 +134,8 @@ def settle(run: Run) -> None:
             settled.append(("llama_tensor_split", capacity.split, model))
         if capacity.draft and not view.settings["llama_spec_type"]:  # the draft's own type, as its file says
             settled.append(("llama_spec_type", capacity.draft.kind, model))
+        if capacity.draft and capacity.draft.shared_kv and not view.settings[speculation.DEVICE_KEY]:
+            settled.append((speculation.DEVICE_KEY, capacity.draft.device, model))  # the assistant by the KV it reads
     for key, value, model in settled:
         cluster = cluster.with_setting(key, value, model)
     run.settle(replace(run.deployment, cluster=cluster))
@@ -187,9 +189,6 @@ def model_fits(cluster, name: str | None) -> plan.CapacityPlan:
     if problem:
         key = "llama_spec_draft_path" if draft else "llama_spec_type"
         refuse((f"model {name!r}: " if name else "") + f"{cluster.coordinator.origins[key]}: {problem}")
-    problem = speculation.placement_problem(cluster, draft)
-    if problem:
-        refuse((f"model {name!r}: " if name else "") + problem)
     capacity = plan.plan_cluster(
         cluster,
         models["llama_model_path"],

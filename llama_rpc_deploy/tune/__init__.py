@@ -418,12 +418,16 @@ def run(
             "--only speculation: the model does not speculate (llama_spec_type and llama_spec_draft_path are "
             "None): expected one of them set, as deployed"
         )
-    if speculation.enabled(cluster.settings) and not cluster.settings["llama_spec_type"]:
-        # the deploy renders the draft's own type, read from its header (phases/checks.settle): so does tune
-        draft = model_header(cluster, inventory, None, "llama_spec_draft_path")
-        overrides = {**overrides, "llama_spec_type": speculation.type_of_draft(draft)}
-        cluster = offline_cluster(inventory, overrides=overrides)
     header = model_header(cluster, inventory, model)
+    if cluster.settings["llama_spec_draft_path"]:
+        # the deploy renders the draft's own type, read from its header, and a Gemma 4 assistant on the device of
+        # the KV it reads, as the planner places it (phases/checks.settle): so does tune
+        draft = model_header(cluster, inventory, None, "llama_spec_draft_path")
+        settled = {} if cluster.settings["llama_spec_type"] else {"llama_spec_type": speculation.type_of_draft(draft)}
+        if draft.arch in speculation.SHARED_KV_DRAFTS and not cluster.settings[speculation.DEVICE_KEY]:
+            settled[speculation.DEVICE_KEY] = plan.plan_cluster(cluster, header, draft=draft).draft.device
+        overrides = {**overrides, **settled}
+        cluster = offline_cluster(inventory, overrides=overrides)
     layout, start = layout_of(cluster, header)
     ok = lambda split: fits(cluster, header, layout, split)  # noqa: E731
     report = Report(layout=layout, start=start, objective=objective)

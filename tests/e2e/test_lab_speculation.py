@@ -79,7 +79,9 @@ def test_a_gemma4_assistant_runs_by_the_targets_last_layers_and_gives_the_same_t
     cluster = deployed_with({"llama_model_path": lab.GEMMA4_MODEL, "llama_spec_draft_path": lab.ASSISTANT_MODEL})
     script = on(0, "cat /opt/llama-rpc/llama-server.sh").stdout
     assert "--spec-type draft-mtp" in script  # the assistant's type, read from its header
-    assert "--spec-draft-device RPC1" in script  # the device of layers 7 and the output (-ngl 6, split 1,1)
+    assert (
+        "--spec-draft-device RPC1" in script
+    )  # the device of layers 6 and 7 and the output (-ngl 6, split 1,1), as the plan places them
     reply = greedy(cluster)
     assert reply["tokens"] == plain["tokens"] and reply["content"] == plain["content"]
     drafted, accepted = reply["timings"]["draft_n"], reply["timings"]["draft_n_accepted"]

@@ -104,8 +104,9 @@ def test_gemma4_31b_and_its_assistant_fit_the_seed_pair_with_the_draft_on_the_40
 
 
 def test_a_draft_on_a_workers_card_pays_a_hop_a_pass(models):
+    """A draft of its own KV (the assistant's weights under another architecture: its KV is then not counted)."""
     c = cluster(all_data={**SEED, "llama_spec_draft_path": "/m/a.gguf", "llama_spec_draft_device": "RPC0"})
-    plan = plan_cluster(c, models["target"], draft=models["assistant"])
+    plan = plan_cluster(c, models["target"], draft=dataclasses.replace(models["assistant"], arch="other-draft"))
     assert plan.fits, plan.problems
     assert plan.speculative.draft_seconds == pytest.approx(plan.draft.weights / 448e9 + HOP_SECONDS)
 
@@ -120,44 +121,60 @@ def cpu_lab(**data):
 
 
 def test_an_assistant_runs_where_the_targets_last_layers_are(models):
-    """Its KV is the target's last layers': on the coordinator's card (local last) in the seed pair, on the last
-    worker where the coordinator has no card; a draft-simple draft stays on the coordinator's CPU there."""
-    seed = cluster(all_data={**SEED, "llama_spec_draft_path": "/m/a.gguf"})
-    assert speculation.draft_device(seed, "draft-mtp") == "CUDA0" == speculation.last_layers_device(seed)
-    lab = cpu_lab(llama_spec_draft_path="/m/a.gguf")
-    assert speculation.last_layers_device(lab) == "RPC1"
-    assert speculation.draft_device(lab, "draft-mtp") == "RPC1"
-    assert speculation.draft_device(lab, "draft-simple") == speculation.CPU
-    assert (
-        flag(
-            words(server_script(cpu_lab(llama_spec_draft_path="/m/a.gguf", llama_spec_type="draft-mtp"))),
-            "--spec-draft-device",
-        )
-        == "RPC1"
+    """Its KV is the target's last two layers': on the coordinator's card (local last) in the seed pair, on the last
+    worker where the coordinator has no card; a draft-simple draft stays on the coordinator's CPU there. The
+    deploy settles the device from the plan (phases/checks.settle), and renders it."""
+    seed = plan_cluster(
+        cluster(all_data={**SEED, "llama_spec_draft_path": "/m/a.gguf"}), models["target"], draft=models["assistant"]
     )
-    emptied = cpu_lab(llama_spec_draft_path="/m/a.gguf", llama_tensor_split=[1, 0])
-    assert speculation.last_layers_device(emptied) == "RPC0"  # RPC1 holds no layer
-    assert speculation.last_layers_device(cpu_lab(llama_n_gpu_layers=0)) == speculation.CPU
-    plan = plan_cluster(lab, models["target"], draft=models["assistant"])
-    assert plan.draft.device == "RPC1"
-    assert not [w for w in plan.warnings if "draft" in w or "assistant" in w], plan.warnings
+    assert seed.fits and seed.draft.device == "CUDA0", seed.problems
+    lab = plan_cluster(cpu_lab(llama_spec_draft_path="/m/a.gguf"), models["target"], draft=models["assistant"])
+    assert lab.draft.device == "RPC1" and not lab.problems
+    assert not [w for w in lab.warnings if "draft" in w], lab.warnings  # by the KV it reads: no worker warning
+    simple = cpu_lab(llama_spec_draft_path="/m/a.gguf")
+    assert speculation.draft_device(simple) == speculation.CPU  # any other draft: the coordinator's own
+    settled = cpu_lab(llama_spec_draft_path="/m/a.gguf", llama_spec_type="draft-mtp", llama_spec_draft_device="RPC1")
+    assert flag(words(server_script(settled)), "--spec-draft-device") == "RPC1"
+
+
+@pytest.mark.parametrize(
+    "data, device",
+    [
+        ({"llama_tensor_split": [10, 0.5]}, "RPC0"),  # RPC1's share holds no layer of the 6 offloaded
+        ({"llama_n_gpu_layers": 1}, "CPU"),  # only the output offloaded: every layer's KV in host memory
+        ({"llama_n_gpu_layers": 0}, "CPU"),
+        ({"llama_extra_args": ["--no-kv-offload"]}, "CPU"),
+    ],
+)
+def test_the_assistants_device_is_the_placed_kvs_not_the_last_device(models, data, device):
+    plan = plan_cluster(cpu_lab(llama_spec_draft_path="/m/a.gguf", **data), models["target"], draft=models["assistant"])
+    assert plan.draft.device == device and not plan.problems, plan.problems
+
+
+def test_an_assistant_whose_two_layers_are_apart_is_refused(models):
+    """-ngl 2: layer n-1 offloaded, layer n-2 not; the assistant reads both in place."""
+    n = models["target"].n_layer
+    plan = plan_cluster(
+        cpu_lab(llama_spec_draft_path="/m/a.gguf", llama_n_gpu_layers=2), models["target"], draft=models["assistant"]
+    )
+    assert [p for p in plan.problems if f"the target's layers {n - 2} and {n - 1}, whose KV cache" in p], plan.problems
 
 
 @pytest.mark.parametrize("device", ["CPU", "RPC0"])
 def test_an_assistant_anywhere_but_by_the_targets_last_layers_is_refused(models, device):
     """llama.cpp aborts at load (the lab, b11312): on the CPU, and on RPC0 with the KV on RPC1."""
     away = cpu_lab(llama_spec_draft_path="/m/a.gguf", llama_spec_draft_device=device)
-    problem = speculation.placement_problem(away, models["assistant"])
-    assert problem.startswith(f"group_data/all.py: llama_spec_draft_device = {device!r}: the draft ")
-    assert "expected None (the assistant on RPC1) or 'RPC1'" in problem
-    assert speculation.placement_problem(cpu_lab(llama_spec_draft_path="/m/a.gguf"), models["assistant"]) == ""
+    problems = plan_cluster(away, models["target"], draft=models["assistant"]).problems
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"group_data/all.py: llama_spec_draft_device = {device!r}: the draft ")
+    assert "expected None (the assistant on RPC1) or 'RPC1'" in problems[0]
     there = cpu_lab(llama_spec_draft_path="/m/a.gguf", llama_spec_draft_device="RPC1")
-    assert speculation.placement_problem(there, models["assistant"]) == ""
+    assert not plan_cluster(there, models["target"], draft=models["assistant"]).problems
 
 
 def test_an_assistant_on_the_cpu_with_the_whole_target_there_is_not_refused(models):
     cpu_target = cpu_lab(llama_spec_draft_path="/m/a.gguf", llama_spec_draft_device="CPU", llama_n_gpu_layers=0)
-    assert speculation.placement_problem(cpu_target, models["assistant"]) == ""  # its KV is on the CPU too
+    assert not plan_cluster(cpu_target, models["target"], draft=models["assistant"]).problems
 
 
 def test_the_targets_own_mtp_head_reads_its_last_layer_and_the_output(models):

@@ -40,7 +40,9 @@ def swa_pattern(reader: GGUFReader, arch: str) -> list[bool]:
 def test_target_is_a_gemma4_of_the_lab_shape_on_the_sentence_vocabulary(models):
     (weights, keys), _, reader, _ = models
     assert keys["general.architecture"] == "gemma4"
-    assert keys["gemma4.block_count"] == GEMMA4_SHAPE.n_layer == 8  # the lab's -ngl 6: layers 2..7 on workers
+    assert (
+        keys["gemma4.block_count"] == GEMMA4_SHAPE.n_layer == 8
+    )  # the lab's -ngl 6: layers 3..7 and the output on the workers
     assert keys["gemma4.embedding_length"] == GEMMA4_SHAPE.n_embd == 512
     assert keys["gemma4.feed_forward_length"] == GEMMA4_SHAPE.n_ff == 1536
     assert token_list(reader) == sentence_vocabulary()[0]
