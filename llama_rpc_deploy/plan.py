@@ -222,14 +222,8 @@ class DraftMemory:
         return self.weights + self.kv + self.reserve
 
 
-# Drafts whose every layer reads the target's KV cache: the Gemma 4 assistant (src/models/gemma4-assistant.cpp has no
-# K or V projection; llama-model.cpp's create_memory shares each of its layers with the target's last sliding or
-# last global layer, so its cache allocates nothing)
-SHARED_KV_DRAFTS = speculation.SHARED_KV_DRAFTS
-
-
 def draft_memory(draft: ModelInfo, kind: str, device: str, context: Context) -> DraftMemory:
-    shared = draft.arch in SHARED_KV_DRAFTS
+    shared = draft.arch in speculation.SHARED_KV_DRAFTS
     counted = draft.kv_modeled or shared
     kv = sum(kv_by_layer(draft, context.with_types("f16", "f16"))) if draft.kv_modeled and not shared else 0
     return DraftMemory(
@@ -592,7 +586,7 @@ def plan_cluster(
         for p in placements:
             p.kv = 0
     drafted = None
-    if draft is not None and draft.arch in SHARED_KV_DRAFTS:  # where the KV it reads is, as placed
+    if draft is not None and draft.arch in speculation.SHARED_KV_DRAFTS:  # where the KV it reads is, as placed
         draft_on, problem = speculation.assistant_device(model, placements, s["llama_extra_args"])
         problem = problem or speculation.placement_problem(cluster, draft, draft_on)
         if problem:
@@ -641,7 +635,7 @@ def plan_cluster(
             "every worker (the lab: 1.11x against 1.95x on the coordinator; the article's MTP, 0.5x): set "
             "llama_spec_draft_path instead, which keeps it on the coordinator and checks it against the model"
         )
-    in_place = draft is not None and draft.arch in SHARED_KV_DRAFTS  # it reads the target's KV where it is
+    in_place = draft is not None and draft.arch in speculation.SHARED_KV_DRAFTS  # it reads the target's KV where it is
     if drafted and drafted.device != speculation.CPU and drafted.device not in cluster.local_devices and not in_place:
         warnings.append(
             f"the draft model runs on {drafted.device}, a worker's device (llama_spec_draft_device): each "

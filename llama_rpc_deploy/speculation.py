@@ -11,8 +11,9 @@ llama_spec_draft_min, llama_spec_draft_max, llama_spec_draft_device. They are ch
 Where the draft runs: on the coordinator's own device by default (its last GPU, or its CPU), never on a worker
 unless asked. An MTP draft (a Gemma 4 assistant) is the exception: it reads the KV cache and hidden state of the
 target's last layers, so it runs on their device (the coordinator's last GPU in a deploy with one; the last worker's
-where the coordinator has none), and any other device is refused for it (llama.cpp aborts at load). A draft that follows --device (llama.cpp's default) is split across the workers, and each drafted
-token then costs a network round trip per worker (docs/speculative.md).
+where the coordinator has none), and any other device is refused for it (llama.cpp aborts at load). A draft that
+follows --device (llama.cpp's default) is split across the workers, and each drafted token then costs a network
+round trip per worker (docs/speculative.md).
 """
 
 from __future__ import annotations
@@ -102,34 +103,33 @@ def max_candidates(settings: dict) -> list[int]:
     return [0] + [n for n in (high // 2, high * 2) if 1 <= n <= limit and n != high]
 
 
+# Drafts whose every layer reads the target's KV cache: the Gemma 4 assistant (src/models/gemma4-assistant.cpp has no
+# K or V projection; llama-model.cpp's create_memory shares each of its layers with the target's last sliding or
+# last global layer, so its cache allocates nothing)
+SHARED_KV_DRAFTS = ("gemma4-assistant",)
+
+
 def draft_device(cluster, draft: ModelInfo | None = None) -> str:
     """Where the draft model runs: llama_spec_draft_device (for a Gemma 4 assistant, settled by the deploy to the
-    device of the KV it reads: assistant_device), or else, for an assistant (draft given), that device as the
-    settings alone suggest it (last_layers_device), or else the coordinator's own last device (its last GPU, which
-    holds the target's last layers and output), or its CPU."""
+    device of the KV it reads: assistant_device), or else, for an assistant before the target is placed (draft
+    given), the last device of --device that -ngl offloads to, or else the coordinator's own last device (its last
+    GPU, which holds the target's last layers and output), or its CPU."""
     chosen = cluster.settings[DEVICE_KEY]
     if chosen:
         return chosen
     if draft is not None and draft.arch in SHARED_KV_DRAFTS:
-        return last_layers_device(cluster)
+        return cluster.devices[-1] if cluster.devices and cluster.settings["llama_n_gpu_layers"] else CPU
     return cluster.local_devices[-1] if cluster.local_devices else CPU
 
 
-SHARED_KV_DRAFTS = ("gemma4-assistant",)  # drafts with no KV of their own: they read the target's
-
-
-def last_layers_device(cluster) -> str:
-    """The device of the target's last layers as the settings alone suggest it, before the model's header is read:
-    the last device of --device with a share of the split, or the CPU with nothing offloaded. assistant_device
-    gives the placement's own answer."""
-    s = cluster.settings
-    if s["llama_n_gpu_layers"] == 0 or not cluster.devices:
-        return CPU
-    split = s["llama_tensor_split"]
-    if isinstance(split, list) and len(split) == len(cluster.devices):
-        shared = [d for d, share in zip(cluster.devices, split) if float(share) > 0]
-        return shared[-1] if shared else CPU
-    return cluster.devices[-1]
+def settled(settings: dict, draft) -> dict:
+    """What the deploy settles from a draft's header once the target is placed (draft: the plan's DraftMemory): the
+    draft's own type where llama_spec_type is None, and an assistant's device, the KV it reads, where
+    llama_spec_draft_device is None. phases/checks.settle and tune both take these."""
+    out = {} if settings["llama_spec_type"] else {"llama_spec_type": draft.kind}
+    if draft.shared_kv and not settings[DEVICE_KEY]:
+        out[DEVICE_KEY] = draft.device
+    return out
 
 
 KV_OFF_FLAGS = ("-nkvo", "--no-kv-offload")  # llama_extra_args that keep every layer's KV in host memory

@@ -132,10 +132,8 @@ def settle(run: Run) -> None:
         capacity = model_fits(view, model)
         if view.settings["llama_tensor_split"] == "auto":
             settled.append(("llama_tensor_split", capacity.split, model))
-        if capacity.draft and not view.settings["llama_spec_type"]:  # the draft's own type, as its file says
-            settled.append(("llama_spec_type", capacity.draft.kind, model))
-        if capacity.draft and capacity.draft.shared_kv and not view.settings[speculation.DEVICE_KEY]:
-            settled.append((speculation.DEVICE_KEY, capacity.draft.device, model))  # the assistant by the KV it reads
+        if capacity.draft:  # the draft's own type, as its file says; an assistant by the KV it reads
+            settled += [(k, v, model) for k, v in speculation.settled(view.settings, capacity.draft).items()]
     for key, value, model in settled:
         cluster = cluster.with_setting(key, value, model)
     run.settle(replace(run.deployment, cluster=cluster))

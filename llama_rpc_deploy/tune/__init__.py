@@ -423,10 +423,8 @@ def run(
         # the deploy renders the draft's own type, read from its header, and a Gemma 4 assistant on the device of
         # the KV it reads, as the planner places it (phases/checks.settle): so does tune
         draft = model_header(cluster, inventory, None, "llama_spec_draft_path")
-        settled = {} if cluster.settings["llama_spec_type"] else {"llama_spec_type": speculation.type_of_draft(draft)}
-        if draft.arch in speculation.SHARED_KV_DRAFTS and not cluster.settings[speculation.DEVICE_KEY]:
-            settled[speculation.DEVICE_KEY] = plan.plan_cluster(cluster, header, draft=draft).draft.device
-        overrides = {**overrides, **settled}
+        placed = plan.plan_cluster(cluster, header, draft=draft).draft
+        overrides = {**overrides, **speculation.settled(cluster.settings, placed)}
         cluster = offline_cluster(inventory, overrides=overrides)
     layout, start = layout_of(cluster, header)
     ok = lambda split: fits(cluster, header, layout, split)  # noqa: E731
