@@ -491,6 +491,81 @@ def test_a_request_cut_by_a_crash_is_replayed(front):
     assert figures["held"] >= 1 and figures["llama_server"] == "UP" and figures["in_flight"] == 0, figures
 
 
+def openai_client(front):
+    """As an application calls the front: OpenAI's client, its own retries off, its keep-alive pool (one connection
+    to the front, used again by each request)."""
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{front.port}/v1", api_key="x", max_retries=0, timeout=30)
+
+
+def ask(client, tag, delay=0.1):
+    """A non-streamed chat completion: (status, the fake's JSON answer), or (None, the client's error)."""
+    try:
+        raw = client.chat.completions.with_raw_response.create(
+            model="fake", messages=[{"role": "user", "content": "hi"}], extra_body={"tag": tag, "delay": delay}
+        )
+        return raw.http_response.status_code, raw.http_response.json()
+    except openai.APIError as e:  # APIConnectionError: the front closed the connection with no answer
+        return None, repr(e)
+
+
+def served(answer, tag, pid, front):
+    """ask's answer: a 200 to this request (tag) from this llama-server (pid)."""
+    code, body = answer
+    assert code == 200 and body["tag"] == tag and body["pid"] == pid, (answer, front.log()[-3000:])
+
+
+def client_connections(front):
+    """Connections clients opened to the front (frontend api's conn_tot in `show stat`)."""
+    lines = front.admin("show stat -1 1 -1").splitlines()
+    rows = csv.DictReader([lines[0].lstrip("# "), *filter(None, lines[1:])])
+    return next(int(r["conn_tot"]) for r in rows if r["pxname"] == "api")
+
+
+def test_a_kept_alive_request_cut_by_a_crash_is_replayed(front):
+    """The crash gap (issue 37): as the cut request above, but from an application's client, which sends its
+    second request on the connection of its first. HAProxy 2.6 then took llama-server's idle connection too, and a
+    retry after a reused connection skips the 1 s wait between tries: the 3 retries went in milliseconds, before
+    the health check saw the crash, and the client got its connection closed with no answer (log: 503 SC--)."""
+    first = front.start_llama()
+    client = openai_client(front)
+    opened = client_connections(front)
+    served(ask(client, "warm"), "warm", first.pid, front)
+    result = []
+    thread = threading.Thread(target=lambda: result.append(ask(client, "cut", delay=2)), daemon=True)
+    thread.start()
+    wait_until(lambda: front.arrived("cut"), 5, "the request at llama-server")
+    front.kill_llama()
+    time.sleep(1)
+    second = front.start_llama(loading=1, wait_up=False)
+    thread.join(HOLD + 5)
+    assert result, f"no answer within {HOLD + 5} s"
+    served(result[0], "cut", second.pid, front)
+    assert client_connections(front) - opened == 1  # both requests on one connection to the front
+    assert " SC-- " not in front.log(), front.log()[-3000:]
+    assert front.server_stat()["reuse"] == "0"  # option http-server-close: never an idle connection to llama-server
+
+
+def test_a_kept_alive_request_just_after_a_crash_is_held(front):
+    """A warm client (its connection to the front kept alive) asks 0.2 s after llama-server died, before the health
+    check saw it: held, and answered by the llama-server that comes back."""
+    first = front.start_llama()
+    client = openai_client(front)
+    opened = client_connections(front)
+    served(ask(client, "warm"), "warm", first.pid, front)
+    front.kill_llama()
+    time.sleep(0.2)
+    result = []
+    thread = threading.Thread(target=lambda: result.append(ask(client, "after")), daemon=True)
+    thread.start()
+    time.sleep(0.8)
+    second = front.start_llama(loading=1, wait_up=False)
+    thread.join(HOLD + 5)
+    assert result, f"no answer within {HOLD + 5} s"
+    served(result[0], "after", second.pid, front)
+    assert client_connections(front) - opened == 1
+    assert " SC-- " not in front.log(), front.log()[-3000:]
+
+
 def test_a_streamed_answer_cut_by_a_crash_ends_in_an_error_at_once(front):
     """Part of the answer was sent: it cannot be replayed. The client (OpenAI's, as clients are) must see an
     error promptly, not a hang until its timeout, and not a clean end of a cut answer."""
