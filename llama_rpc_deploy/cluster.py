@@ -29,9 +29,11 @@ class ClusterHost:
     origins: dict  # setting -> where its value came from, for error messages
     ssh_port: int = 22  # the inventory's ssh_port: how the control machine (and the image transfer) reach it
     tunnel_end: int | None = None  # a tunnelled worker: its tunnel's port on the coordinator's loopback
-    # a worker that sets image_backend 'vulkan' itself and lists no gpus: its device is the CPU's Vulkan device
+    # a host that sets image_backend 'vulkan' itself and lists no gpus: its device is the CPU's Vulkan device
     # (Mesa's lavapipe), which llama.cpp uses only when it is named (GGML_VK_VISIBLE_DEVICES); no /dev/dri goes
-    # to its container. Set by cluster_checks.checked_cluster(); a worker that takes vulkan from the coordinator serves its CPU.
+    # to its container. On a worker, rpc-server serves it; on the coordinator, it is llama-server's local device
+    # (Vulkan0, last), as a card would be. Set by cluster_checks.checked_cluster(); a worker that takes vulkan
+    # from the coordinator serves its CPU.
     software_vulkan: bool = False
 
     @property
@@ -127,13 +129,12 @@ class Cluster:
         (CUDA0, ... or Vulkan0, ..., as llama.cpp names them)."""
         n_rpc = sum(w.device_count for w in self.workers)
         local = LOCAL_DEVICE.get(self.coordinator.backend)
-        return [f"RPC{i}" for i in range(n_rpc)] + [
-            f"{local}{i}" for i in range(len(self.coordinator.gpus) if local else 0)
-        ]
+        n_local = self.coordinator.device_count if self.coordinator.gpus or self.coordinator.software_vulkan else 0
+        return [f"RPC{i}" for i in range(n_rpc)] + [f"{local}{i}" for i in range(n_local if local else 0)]
 
     @property
     def local_devices(self) -> list[str]:
-        """The coordinator's own devices (its GPUs), after every worker's in `devices`."""
+        """The coordinator's own devices (its GPUs, or lavapipe), after every worker's in `devices`."""
         return self.devices[sum(w.device_count for w in self.workers) :]
 
     @property

@@ -514,6 +514,8 @@ def devices_of(cluster, reported: dict[str, list[int]] | None = None) -> list[De
                 bandwidth=gpu.bandwidth_gbs * 1e9,
             )
         )
+    if cluster.coordinator.software_vulkan:  # Vulkan0 on the coordinator's CPU: its memory, no fit check
+        out.append(Device(local[0], cluster.coordinator.name, "CPU (lavapipe)", 0, CPU_DEVICE_BANDWIDTH))
     return out
 
 

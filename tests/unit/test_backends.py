@@ -46,7 +46,7 @@ def test_a_worker_takes_the_coordinators_backend_unless_it_sets_its_own():
 
 def test_lavapipe_only_where_a_worker_asks_for_vulkan_itself():
     """A worker without gpus that takes vulkan from the coordinator serves its CPU (ggml-vulkan finds no device);
-    one that sets vulkan itself serves lavapipe. The coordinator never gets lavapipe (its devices are its gpus)."""
+    one that sets vulkan itself serves lavapipe. A coordinator with gpus uses its gpus, never lavapipe."""
     c = cluster(
         coordinator={"image_backend": "vulkan", "gpus": ["RX 7900 XTX"]},
         workers=[{"gpus": []}, {"image_backend": "vulkan", "gpus": []}],
@@ -57,6 +57,24 @@ def test_lavapipe_only_where_a_worker_asks_for_vulkan_itself():
     assert "GGML_VK_VISIBLE_DEVICES" not in inherited and "/dev/dri" not in inherited
     assert "GGML_VK_VISIBLE_DEVICES=0" in own
     assert "GGML_VK_VISIBLE_DEVICES" not in render.coordinator_files(c, "img")["/opt/llama-rpc/llama-server.sh"]
+
+
+def test_a_coordinator_on_vulkan_without_gpus_has_lavapipe_as_its_own_last_device():
+    """Its local device, as a card would be (how the lab stands in for the coordinator's card, benchmarks/mtp.py
+    --local): Vulkan0 after the workers' devices, named to llama-server's container, holding the output; a draft and
+    a Gemma 4 assistant go to it by default."""
+    c = cluster(coordinator={"image_backend": "vulkan", "gpus": []}, workers=[{"image_backend": "cpu", "gpus": []}])
+    assert [h.software_vulkan for h in c.hosts] == [True, False]
+    assert c.devices == ["RPC0", "Vulkan0"] and c.local_devices == ["Vulkan0"]
+    assert [(d.name, d.gpu, d.vram_bytes) for d in plan.devices_of(c)] == [
+        ("RPC0", "CPU", 0),
+        ("Vulkan0", "CPU (lavapipe)", 0),
+    ]
+    script = render.coordinator_files(c, "img")["/opt/llama-rpc/llama-server.sh"]
+    assert "--env GGML_VK_VISIBLE_DEVICES=0 \\\n" in script and "/dev/dri" not in script
+    assert "--device RPC0,Vulkan0 \\\n" in script
+    inherited = cluster(coordinator={"image_backend": "cpu", "gpus": []}, workers=[{"gpus": []}])
+    assert inherited.devices == ["RPC0"]  # a CPU coordinator: no device of its own, as before
 
 
 @pytest.mark.parametrize(
