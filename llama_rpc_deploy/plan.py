@@ -474,7 +474,16 @@ class CapacityPlan:
 
 CPU_DEVICE_BANDWIDTH = 40e9  # a CPU rpc-server's memory, roughly (DDR4 dual channel); no fit check on CPUs
 ROPE_FLAGS = ("--rope-scaling", "--rope-scale", "--yarn-", "--rope-freq")  # context stretched past the trained length
-DRAFT_MODEL_FLAGS = ("-md", "--model-draft", "--spec-draft-model")  # a draft model in llama_extra_args ...
+# a draft model in llama_extra_args (common/arg.cpp: a file, or one from Hugging Face) ...
+DRAFT_MODEL_FLAGS = (
+    "-md",
+    "--model-draft",
+    "--spec-draft-model",
+    "-hfd",
+    "-hfrd",
+    "--hf-repo-draft",
+    "--spec-draft-hf",
+)
 DRAFT_DEVICE_FLAGS = ("-devd", "--device-draft", "--spec-draft-device")  # ... and where it runs
 
 

@@ -154,6 +154,13 @@ def test_sliding_window_makes_128k_fit_where_dense_does_not(gemma27b):
     assert plan.fits, plan.problems
 
 
+@pytest.mark.parametrize("flag", ["-hfd", "--spec-draft-hf", "-md"])
+def test_plan_warns_on_a_draft_model_of_llama_extra_args_from_a_file_or_hugging_face(gemma27b, flag):
+    extra = [flag, "google/gemma-3-270m-it"]
+    plan = plan_cluster(cluster(all_data={"llama_ctx_size": 8192, "llama_extra_args": extra}), gemma27b)
+    assert any("a draft model in llama_extra_args follows --device" in w for w in plan.warnings), plan.warnings
+
+
 def test_plan_warns_on_quantized_kv_that_is_not_needed_and_on_a_draft_model_past_the_settings(gemma27b):
     plan = plan_cluster(
         cluster(
