@@ -1,5 +1,7 @@
 """The clients of benchmarks.no_request_lost: PLAIN_CLIENTS + STREAM_CLIENTS threads that keep asking the lab's
-front, each in a loop until stopped, every request recorded (Req); and what one run of them gives (figures).
+front, each in a loop until stopped, every request recorded (Req); the same as an application asks it (OpenAILoad:
+OpenAI's Python client, its retries off, each thread's connection kept alive); and what one run of them gives
+(figures).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import urllib.parse
 from collections import Counter
 from dataclasses import asdict, dataclass
 
+import openai
+
 try:  # pyinfra_cli (the inventory loader) would turn this process's threads into greenlets: the clients are threads
     from gevent import monkey
 except ImportError:
@@ -22,10 +26,12 @@ else:
     monkey.patch_all = lambda *args, **kwargs: None
 
 from llama_rpc_deploy import client  # noqa: E402
+from llama_rpc_deploy.cluster import api_key  # noqa: E402
 
 CLIENT_TIMEOUT = 300
 PLAIN_CLIENTS, STREAM_CLIENTS = 3, 1
 PLAIN_TOKENS, STREAM_TOKENS = 16, 32
+OPENAI_CLIENTS, OPENAI_TOKENS = 4, 16  # OpenAILoad: threads (half of them stream), max_tokens of each request
 SERVED_BOUND = 240  # seconds a case waits, after its fault, for every client to be served again
 
 
@@ -48,11 +54,11 @@ class Req:
 class Load:
     """PLAIN_CLIENTS + STREAM_CLIENTS threads, started together, each in a loop until stop()."""
 
-    def __init__(self, cluster, models: list[str] | None = None):
+    def __init__(self, cluster, models: list[str] | None = None, n: int = PLAIN_CLIENTS + STREAM_CLIENTS):
         self.cluster, self.models = cluster, models
         self.requests: list[Req] = []
         self.lock, self.stopping = threading.Lock(), threading.Event()
-        self.n = PLAIN_CLIENTS + STREAM_CLIENTS
+        self.n = n
         self.barrier = threading.Barrier(self.n + 1)
         self.threads = [threading.Thread(target=self.loop, args=(i,), daemon=True) for i in range(self.n)]
         url = urllib.parse.urlsplit(client.server_url(cluster))
@@ -72,14 +78,20 @@ class Load:
     def wall(self, t: float) -> float:
         return self.wall0 + t
 
+    def kind(self, index: int) -> str:
+        return "stream" if index >= PLAIN_CLIENTS else "plain"
+
+    def ask(self, index: int, i: int, model: str | None, begin: float, kind: str) -> Req:
+        return self.stream(index, i, model, begin) if kind == "stream" else self.plain(index, i, model, begin)
+
     def loop(self, index: int) -> None:
         self.barrier.wait()
-        kind = "stream" if index >= PLAIN_CLIENTS else "plain"
+        kind = self.kind(index)
         i = 0
         while not self.stopping.is_set():
             model = self.models[(index + i) % len(self.models)] if self.models else None
             begin = time.monotonic() - self.t0
-            request = self.stream(index, i, model, begin) if kind == "stream" else self.plain(index, i, model, begin)
+            request = self.ask(index, i, model, begin, kind)
             with self.lock:
                 self.requests.append(request)
             if not request.ok:
@@ -207,6 +219,69 @@ class Load:
             return sorted(self.requests, key=lambda r: r.start)
 
 
+class OpenAILoad(Load):
+    """As an application asks: `threads` threads, each with one `openai.OpenAI(max_retries=0)` of its own (its pool
+    keeps the connection to the front alive between requests), the first half sending non-streamed chat
+    completions, the other half streamed ones, OPENAI_TOKENS each. A streamed request counts as answered only when
+    a chunk had a finish_reason and the stream ended (the client reads up to `data: [DONE]`) without an error."""
+
+    def __init__(self, cluster, models: list[str] | None = None, threads: int = OPENAI_CLIENTS):
+        super().__init__(cluster, models, threads)
+        key = api_key(cluster) if cluster.settings["llama_api_key_file"] else "none"
+        self.clients = [
+            openai.OpenAI(
+                base_url=client.server_url(cluster) + "/v1", api_key=key, max_retries=0, timeout=CLIENT_TIMEOUT
+            )
+            for _ in range(self.n)
+        ]
+
+    def kind(self, index: int) -> str:
+        return "stream" if index >= self.n // 2 else "plain"
+
+    def ask(self, index: int, i: int, model: str | None, begin: float, kind: str) -> Req:
+        stream = kind == "stream"
+        tokens, ttft, finished = 0, None, False
+        try:
+            answer = self.clients[index].chat.completions.create(
+                model=client.model_field(self.cluster, model).get("model", "default"),
+                messages=[{"role": "user", "content": f"Tell me about computers ({index}.{i})"}],
+                max_tokens=OPENAI_TOKENS,
+                temperature=0,
+                stream=stream,
+            )
+            if not stream:
+                content = answer.choices[0].message.content if answer.choices else None
+                tokens = answer.usage.completion_tokens if answer.usage else 0
+                ok = isinstance(content, str) and tokens > 0
+                error = "" if ok else f"odd reply {str(answer)[:120]}"
+                return Req(index, kind, begin, self.now(), ok, error, tokens=tokens, model=model)
+            with answer:
+                for chunk in answer:
+                    choice = chunk.choices[0] if chunk.choices else None
+                    if choice is None:
+                        continue
+                    if choice.delta and choice.delta.content:
+                        tokens += 1
+                        ttft = ttft if ttft is not None else self.now() - begin
+                    finished = finished or bool(choice.finish_reason)
+            error = "" if finished else f"stream ended without a finish_reason after {tokens} tokens"
+            return Req(index, kind, begin, self.now(), finished, error, tokens, ttft, model)
+        except Exception as error:  # openai.APIStatusError (an HTTP error), APIConnectionError (no answer, a cut)
+            status = getattr(error, "status_code", None)
+            what = f"HTTP {status}" if status else type(error).__name__
+            return Req(
+                index,
+                kind,
+                begin,
+                self.now(),
+                False,
+                f"{what} after {tokens} tokens: {error}"[:200],
+                tokens,
+                ttft,
+                model,
+            )
+
+
 # --- what one run of a case gives ----------------------------------------------------------------------
 
 
@@ -226,6 +301,7 @@ def figures(reqs: list[Req], fault: float, heal: float | None = None) -> dict:
         "failed": sum(not r.ok for r in reqs),
         "failed_plain": sum(not r.ok for r in plain),
         "failed_stream": sum(not r.ok for r in stream),
+        "streams_cut": sum(not r.ok and r.tokens > 0 for r in stream),  # failed after some tokens: cut mid-way
         "errors": dict(Counter(re.sub(r"\d+(\.\d+)?", "N", r.error)[:120] for r in reqs if not r.ok)),
         "failed_requests": [asdict(r) for r in reqs if not r.ok][:20],
         "longest_request_s": round(max((r.end - r.start for r in reqs), default=0), 2),

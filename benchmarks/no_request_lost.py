@@ -1,13 +1,21 @@
 """No request lost: 4 clients keep asking while the lab breaks, restarts and redeploys behind the front.
 
     python3 -m benchmarks.no_request_lost [--cases rpc-kill,cut-20,...] [--out docs/results/no-request-lost.md]
+    python3 -m benchmarks.no_request_lost --clients openai [--threads 4] [--runs 3] --cases rpc-kill,worker-reboot
 
 The lab up and deployed (`python3 -m llama_rpc_deploy lab up`, then `pyinfra -y .lab/inventory.py deploy.py`);
 about 30 minutes for every case. Each case runs once, with 4 client threads started together, each in a loop
 until the case ends: 3 send non-streamed completions (/completion, 16 tokens, as llama_rpc_deploy.loadtest),
 1 sends streamed chat completions (/v1/chat/completions, stream true, 32 tokens); client timeout 300 s, a
 failed request is followed by 0.5 s of pause (as loadtest). A streamed request counts as answered only when
-its stream ended with a finish_reason and `data: [DONE]`. The cases:
+its stream ended with a finish_reason and `data: [DONE]`.
+
+With `--clients openai` the clients ask as an application does (benchmarks.client_load.OpenAILoad): --threads
+threads (4), each with one `openai.OpenAI(max_retries=0)` of its own, whose pool keeps its connection to the front
+alive between requests; half send non-streamed chat completions, half streamed ones, 16 tokens each. Failed
+non-streamed requests and streams cut mid-way (failed after some tokens) are counted apart. Its report is
+docs/results/no-request-lost-openai.md (and .json) unless --out says otherwise. --runs N runs each case N times in
+a row, each run its own entry ("rpc-kill run 2"). The cases:
 
   front-cost       no fault: tokens/s and time to first token through the front against llama-server directly,
                    from a client inside the coordinator (stdlib, copied in), one request each way in turn, each
@@ -33,6 +41,7 @@ prints the table. The lab's own settings are deployed again at the end.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -45,7 +54,15 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks import labkit
-from benchmarks.client_load import CLIENT_TIMEOUT, SERVED_BOUND, Load, figures
+from benchmarks.client_load import (
+    CLIENT_TIMEOUT,
+    OPENAI_CLIENTS,
+    OPENAI_TOKENS,
+    SERVED_BOUND,
+    Load,
+    OpenAILoad,
+    figures,
+)
 from benchmarks.front_cost import PLACEMENTS, case_front_cost
 from benchmarks.labkit import INVENTORY, RESULTS, ROOT, cpu_model, git, log, on
 from lab import lab
@@ -55,6 +72,8 @@ from llama_rpc_deploy.loading import offline_cluster
 from llama_rpc_deploy.loadtest import until_serving
 
 SWITCH_FOLDER = "/models/no-request-lost"
+# the clients of every case's load: Load, or (--clients openai) an OpenAILoad of --threads threads, set by main
+LOAD = Load
 CASES = (
     "front-cost",
     "rpc-kill",
@@ -205,7 +224,7 @@ def pyinfra(*data: str) -> dict:
 def run_with_load(cluster, fault, models=None) -> dict:
     """Load started; `fault(load)` returns (fault time, heal time or None, a dict of what it did); then the
     load until every client is served again; the figures."""
-    load = Load(cluster, models).start()
+    load = LOAD(cluster, models).start()
     done: dict = {}
     try:
         fault_at, heal_at, done = fault(load)
@@ -456,7 +475,13 @@ NO_FAULT = (
 )  # no single moment to count the first answer from
 
 
+def case_of(key: str) -> str:
+    """The case a result is of: its key is the case's name, with " run N" after it when --runs was over 1."""
+    return key.split(" ")[0]
+
+
 def target(name: str, r: dict) -> tuple[str, bool]:
+    name = case_of(name)
     if "error" in r:
         return "the case did not run to its end", False
     if name == "front-cost":
@@ -478,7 +503,7 @@ def row(name: str, r: dict) -> str:
         first_text += (
             f" ({round(r['fault_at_s'] + first - r['llama_server_crashed_at_s'], 2)} s after llama-server's abort)"
         )
-    if name in NO_FAULT:
+    if case_of(name) in NO_FAULT:
         first_text = "-"
     d = r.get("front_delta")
     health = r.get("case_front_log", {}).get("health_503", r["logs"].get("front_health", {}).get("503", 0))
@@ -491,22 +516,40 @@ def row(name: str, r: dict) -> str:
     )
     return (
         f"| {name} | {r['sent']} ({r['sent_plain']} + {r['sent_stream']}) | {r['failed_plain']} | "
-        f"{r['failed_stream']} | {first_text} | {r['longest_no_answer_s']} s | {r['longest_plain_s']} s / "
+        f"{r['failed_stream']}{cut_text(r)} | {first_text} | {r['longest_no_answer_s']} s | {r['longest_plain_s']} s / "
         f"{r['longest_stream_s']} s | {front} | {'yes' if met else '**no**'} ({goal}) |"
     )
 
 
+def cut_text(r: dict) -> str:
+    return f" ({r['streams_cut']} cut mid-way)" if "streams_cut" in r else ""
+
+
+def clients_text(meta: dict) -> str:
+    if meta.get("clients", "loadtest") == "loadtest":
+        return f"""4 client threads per case, started together, each in a loop until the case ends: 3 send non-streamed
+completions (16 tokens), 1 sends streamed chat completions (32 tokens, `stream: true`; answered only when the stream
+ends with a finish_reason and `[DONE]`), client timeout {CLIENT_TIMEOUT} s, 0.5 s of pause after a failure."""
+    n = meta["threads"]
+    return f"""{n} client threads per case, started together, each in a loop until the case ends, each with one
+`openai.OpenAI(max_retries=0)` of its own (OpenAI's Python client, its retries off; its pool keeps the connection to
+the front alive between requests): {n - n // 2} send non-streamed chat completions, {n // 2} streamed ones
+({OPENAI_TOKENS} tokens each; a stream is answered only when a chunk had a finish_reason and it ended without an
+error; one that failed after some tokens is counted as cut mid-way), client timeout {CLIENT_TIMEOUT} s, 0.5 s of
+pause after a failure."""
+
+
 def markdown(results: dict, meta: dict) -> str:
-    order = [c for c in CASES if c in results]
+    order = sorted((c for c in results if case_of(c) in CASES), key=lambda c: (CASES.index(case_of(c)), len(c), c))
     load_cases = [c for c in order if c != "front-cost"]
     table = "\n".join(row(c, results[c]) for c in load_cases)
     before = "\n".join(
-        f"| {c} | {BEFORE[c]} | {results[c].get('failed_plain', '-')} of {results[c].get('sent_plain', '-')} "
+        f"| {c} | {BEFORE[case_of(c)]} | {results[c].get('failed_plain', '-')} of {results[c].get('sent_plain', '-')} "
         f"non-streamed failed; first answer "
         f"{results[c].get('first_answer_after_heal_s', results[c].get('first_answer_s'))} s"
         f"{' after the heal' if 'first_answer_after_heal_s' in results[c] else ''} |"
         for c in load_cases
-        if c in BEFORE and "error" not in results[c]
+        if case_of(c) in BEFORE and "error" not in results[c]
     )
     parts = [
         f"""# No request lost: the front under faults, restarts and deploys
@@ -516,11 +559,9 @@ def markdown(results: dict, meta: dict) -> str:
 on {meta["machine"]}: the lab
 (coordinator 172.30.57.10 with the front on :8080 and llama-server on 127.0.0.1:18080, workers .11 and .12,
 the 8-layer sentence model split across the three, `llama_parallel` 2). Every figure is from one run of its case
-(`docs/results/no-request-lost.json` has each case's date, every failed request and the log lines of its window).
+(`{meta.get("json", "docs/results/no-request-lost.json")}` has each case's date, every failed request and the log lines of its window).
 
-4 client threads per case, started together, each in a loop until the case ends: 3 send non-streamed completions
-(16 tokens), 1 sends streamed chat completions (32 tokens, `stream: true`; answered only when the stream ends with a
-finish_reason and `[DONE]`), client timeout {CLIENT_TIMEOUT} s, 0.5 s of pause after a failure. After the fault the load
+{clients_text(meta)} After the fault the load
 goes on until every client has been answered a request sent after it (at most {SERVED_BOUND} s), then 2 s more.
 
 - **first answer**: from the fault to the end of the longest stretch without any answer that follows it (the first
@@ -531,7 +572,7 @@ goes on until every client has been answered a request sent after it (at most {S
 
 ## Under load
 
-| case | sent (non-streamed + streamed) | failed non-streamed | failed streamed | first answer | longest no answer | longest request (non-streamed / streamed) | front during the case | target met |
+| case | sent (non-streamed + streamed) | failed non-streamed | failed streamed (cut mid-way) | first answer | longest no answer | longest request (non-streamed / streamed) | front during the case | target met |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 {table}
 """
@@ -606,6 +647,7 @@ def flat(text: str) -> str:
 
 
 def describe(name: str, r: dict) -> str:
+    name = case_of(name)
     if "error" in r:
         return f"Did not run to its end: `{r['error']}`."
     start = (
@@ -673,32 +715,58 @@ def describe(name: str, r: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
-    parser.add_argument("--out", type=Path, default=RESULTS / "no-request-lost.md")
+    parser.add_argument("--out", type=Path, help="default docs/results/no-request-lost.md (-openai.md for openai)")
+    parser.add_argument(
+        "--clients",
+        choices=("loadtest", "openai"),
+        default="loadtest",
+        help="loadtest: 3 non-streamed /completion and 1 streamed client, a connection per request; openai: "
+        "--threads openai.OpenAI(max_retries=0) clients, each keeping its connection alive, half of them streaming",
+    )
+    parser.add_argument("--threads", type=int, default=OPENAI_CLIENTS, help="--clients openai: how many (default 4)")
+    parser.add_argument("--runs", type=int, default=1, help="runs of each case, in a row (default 1)")
     args = parser.parse_args()
+    if args.threads < 2 or args.runs < 1:
+        sys.exit("--threads 2 or more (half of them stream), --runs 1 or more")
+    global LOAD
+    if args.clients == "openai":
+        LOAD = functools.partial(OpenAILoad, threads=args.threads)
+    args.out = args.out or RESULTS / ("no-request-lost-openai.md" if args.clients == "openai" else "no-request-lost.md")
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         sys.exit(f"unknown case(s): {', '.join(unknown)}; expected some of {', '.join(CASES)}")
+    if args.clients == "openai" and "front-cost" in cases:
+        sys.exit("front-cost has clients of its own: leave it out of --clients openai")
     json_path = args.out.with_suffix(".json")
     previous = json.loads(json_path.read_text()) if json_path.exists() else {}
     results = previous.get("cases", {})
     cluster = offline_cluster(INVENTORY)
     run_meta = meta(cases)  # the commit and the uncommitted files as the run starts
+    run_meta.update(clients=args.clients, runs=args.runs, json=os.path.relpath(json_path, ROOT))
+    if args.clients == "openai":
+        run_meta["threads"] = args.threads
+        run_meta["command"] += f" --clients openai --threads {args.threads}"
+    if args.runs > 1:
+        run_meta["command"] += f" --runs {args.runs}"
     started = time.monotonic()
     log(f"deploying the lab's own settings, then {', '.join(cases)}")
     first = pyinfra()
     if first["rc"] != 0 or serving(cluster) is None:
         sys.exit("the lab does not deploy or serve: nothing measured")
     try:
-        for name in cases:
-            log(f"case {name}")
+        runs = [
+            (name, name if args.runs == 1 else f"{name} run {k}") for name in cases for k in range(1, args.runs + 1)
+        ]
+        for name, key in runs:
+            log(f"case {key}")
             before = front_figures()
             case_start, case_wall = time.monotonic(), time.time()
             try:
                 r = run_case(name, cluster)
             except Exception as error:  # the other cases still run; the lab is put back below
                 r = {"error": f"{type(error).__name__}: {error}"[:600]}
-                log(f"case {name} failed: {r['error']}")
+                log(f"case {key} failed: {r['error']}")
             r["date"] = time.strftime("%Y-%m-%d %H:%M %Z")
             r["case_s"] = round(time.monotonic() - case_start, 1)
             r["serving_again_after_s"] = serving(cluster)
@@ -711,8 +779,8 @@ def main() -> None:
                 front_delta=front_delta(before, after_),
                 front_after_line=front_line(after_),
             )
-            results[name] = r
-            log(f"case {name}: {summary(name, r)}; {r['front_after_line']}")
+            results[key] = r
+            log(f"case {key}: {summary(name, r)}; {r['front_after_line']}")
             write(args.out, json_path, results, run_meta)
     finally:
         for attempt in range(2):
@@ -736,7 +804,8 @@ def summary(name: str, r: dict) -> str:
             for name, p in r["placements"].items()
         )
     return (
-        f"{r['sent']} sent, {r['failed_plain']} failed non-streamed, {r['failed_stream']} failed streamed, "
+        f"{r['sent']} sent, {r['failed_plain']} failed non-streamed, {r['failed_stream']} failed streamed"
+        f"{cut_text(r)}, "
         f"first answer {r.get('first_answer_after_heal_s', r['first_answer_s'])} s, longest "
         f"{r['longest_request_s']} s"
     )
