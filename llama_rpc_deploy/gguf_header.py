@@ -31,6 +31,18 @@ KV_LAYOUTS = {
     "gpt-oss": 2,
 }
 RECURRENT_WHEN_NO_KV_HEADS = {"lfm2"}
+# Architectures whose last layers keep no KV cache of their own (llama.cpp's hparams.n_layer_kv_from_start): gemma4
+# from block_count - {arch}.attention.shared_kv_layers (src/models/gemma4.cpp; Gemma 4 E2B and E4B), gemma3n from a
+# fixed layer (src/models/gemma3n.cpp). Each such layer reads an earlier layer's cache (ModelInfo.kv_layer).
+KV_SHARED_FROM = {"gemma3n": 20}
+SHARED_KV_LAYERS_KEY = {"gemma4"}  # those that read the count of shared-KV layers from the file
+# Default sliding-window patterns of architectures the planner does not size the KV of (not in KV_LAYOUTS), read for
+# ModelInfo.kv_layer alone: gemma3n's loader takes the file's pattern or every 5th layer global (load_swa_pattern)
+SWA_PATTERN_ONLY = {"gemma3n": 5}
+# Tensors outside the layers that llama.cpp keeps in host memory (LLM_TENSOR_LAYER_INPUT: src/llama-arch.cpp) or with
+# layer 0 (per_layer_model_proj and per_layer_proj_norm are created with layer number 0: a repeating layer's tensors)
+INPUT_TENSORS = {"token_embd.weight", "per_layer_token_embd.weight"}
+LAYER_0_TENSORS = {"per_layer_model_proj.weight", "per_layer_proj_norm.weight"}
 SHARD = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
@@ -43,7 +55,7 @@ class ModelInfo:
     n_vocab: int
     n_ctx_train: int
     layer_bytes: tuple[int, ...]  # weights of each repeating layer
-    input_bytes: int  # token embeddings: kept in host memory by llama.cpp
+    input_bytes: int  # token embeddings (and per-layer ones): kept in host memory by llama.cpp
     output_bytes: int  # output norm + output projection (the last device)
     kv_per_token: tuple[tuple[int, int], ...]  # per layer: (K elements, V elements) per token; (0, 0) without KV
     swa_window: int = 0  # sliding-window size, 0 when none
@@ -54,10 +66,22 @@ class ModelInfo:
     vocab: Vocab | None = None  # what llama.cpp compares between a target and its draft (speculation.py)
     mtp_head: bool = False  # its last layer has an MTP head (blk.N.nextn.eh_proj): llama.cpp's draft-mtp
     markov_head: bool = False  # a dflash draft with a Markov head (markov_w1): llama.cpp's draft-dspark
+    # llama.cpp's n_layer_kv_from_start: layers from this one on keep no KV cache of their own (their kv_per_token is
+    # (0, 0)) and read an earlier layer's (kv_layer); -1 when every layer keeps its own
+    kv_from_start: int = -1
 
     @property
     def weight_bytes(self) -> int:
         return sum(self.layer_bytes) + self.input_bytes + self.output_bytes
+
+    def kv_layer(self, il: int) -> int:
+        """The layer whose KV cache layer il reads: il itself, or from kv_from_start on the last layer before it of
+        the same kind (llama-model.cpp's reuse callback: kv_from_start - 2 for a sliding layer, - 1 for a global
+        one)."""
+        if 0 <= self.kv_from_start <= il:
+            sliding = bool(self.swa_layers) and self.swa_layers[il]
+            return self.kv_from_start - (2 if sliding else 1)
+        return il
 
     @property
     def kv_modeled(self) -> bool:
@@ -293,22 +317,27 @@ def read_model(path: Path | str, shards: list | None = None) -> ModelInfo:
     head_k = field(f"{arch}.attention.key_length")
     head_v = field(f"{arch}.attention.value_length")
     layer_bytes = [0] * n_layer
-    input_bytes = output_bytes = 0
+    input_bytes = output_bytes = token_embd_bytes = 0
     n_vocab = 0
     for name, ne, nbytes in tensors:
         match = re.match(r"blk\.(\d+)\.", name)
         if match:
             layer_bytes[int(match.group(1))] += nbytes
-        elif name == "token_embd.weight":
+        elif name in INPUT_TENSORS:
             input_bytes += nbytes
-            n_vocab = int(ne[-1])
+            if name == "token_embd.weight":
+                token_embd_bytes = nbytes
+                n_vocab = int(ne[-1])
+        elif name in LAYER_0_TENSORS and n_layer:
+            layer_bytes[0] += nbytes
         else:
             output_bytes += nbytes
     if not any(name == "output.weight" for name, _, _ in tensors):
-        output_bytes += input_bytes  # tied embeddings: the output projection is token_embd again
+        output_bytes += token_embd_bytes  # tied embeddings: the output projection is token_embd again
     window = int(field(f"{arch}.attention.sliding_window", 0) or 0)
-    pattern = field(f"{arch}.attention.sliding_window_pattern", KV_LAYOUTS.get(arch))
-    if not (window and KV_LAYOUTS.get(arch)):
+    default_pattern = KV_LAYOUTS.get(arch) or SWA_PATTERN_ONLY.get(arch)
+    pattern = field(f"{arch}.attention.sliding_window_pattern", default_pattern)
+    if not (window and default_pattern):
         swa = tuple(False for _ in range(n_layer))
     elif isinstance(pattern, list):
         swa = tuple(bool(p) for p in pattern)
@@ -319,12 +348,21 @@ def read_model(path: Path | str, shards: list | None = None) -> ModelInfo:
     head_v_swa = field(f"{arch}.attention.value_length_swa", head_v)
     recurrent = [arch in RECURRENT_WHEN_NO_KV_HEADS and n_head_kv[il] == 0 for il in range(n_layer)]
     l_cache = int(field(f"{arch}.shortconv.l_cache", 0) or 0)
+    kv_from_start = KV_SHARED_FROM.get(arch, -1)
+    shared = int(field(f"{arch}.attention.shared_kv_layers", 0) or 0) if arch in SHARED_KV_LAYERS_KEY else 0
+    if shared > 0:
+        kv_from_start = n_layer - shared
+    if kv_from_start >= n_layer:
+        kv_from_start = -1  # no layer reuses another's
+    elif 0 <= kv_from_start < 2:  # llama.cpp asserts it (GGML_ASSERT(n_layer_kv_from_start >= 2))
+        raise ValueError(f"{path}: {shared} shared-KV layers of {n_layer}: llama.cpp needs 2 layers with a KV cache")
     kv, state = [], []
     for il in range(n_layer):
         hk, hv = (head_k_swa, head_v_swa) if swa[il] else (head_k, head_v)
         hk = int(hk) if hk else n_embd // n_head[il]
         hv = int(hv) if hv else n_embd // n_head[il]
-        kv.append((0, 0) if recurrent[il] else (n_head_kv[il] * hk, n_head_kv[il] * hv))
+        own = not recurrent[il] and not 0 <= kv_from_start <= il  # a shared-KV layer allocates nothing
+        kv.append((n_head_kv[il] * hk, n_head_kv[il] * hv) if own else (0, 0))
         state.append(n_embd * (l_cache - 1) if recurrent[il] and l_cache else 0)  # LFM2's short-conv state
     mla = bool(field(f"{arch}.attention.key_length_mla") and field(f"{arch}.attention.value_length_mla"))
     return ModelInfo(
@@ -346,6 +384,7 @@ def read_model(path: Path | str, shards: list | None = None) -> ModelInfo:
         vocab=vocab_of(header),
         mtp_head=any(name == f"blk.{n_layer - 1}.nextn.eh_proj.weight" for name, _, _ in tensors),
         markov_head=any(name == "markov_w1.weight" for name, _, _ in tensors),
+        kv_from_start=kv_from_start,
     )
 
 

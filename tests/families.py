@@ -292,18 +292,25 @@ def _gemma4_model(
     shared_kv_layers: int,
     embd: GGMLQuantizationType,
     extra_u32: dict[str, int] | None = None,
+    heads: tuple[int, int, int, int] = (_G4_D_SWA, _G4_HKV_SWA, _G4_D_FULL, _G4_HKV_FULL),
+    n_ctx: int = 262144,
+    window: int = 1024,
+    n_embd_per_layer: int = 0,
 ) -> tuple[Model, list[tuple[int, int]]]:
-    """A Gemma 4 31B-shaped model (the target or its assistant): the 262144-token vocabulary, the metadata (sliding
-    layers where `swa`, `extra_u32` right after the common keys), the tied embeddings in `embd`, and the global
-    layers' rope factors. Returns the model and each layer's (head dim, KV heads), for the caller's layer tensors."""
-    heads = [(_G4_D_SWA, _G4_HKV_SWA) if s else (_G4_D_FULL, _G4_HKV_FULL) for s in swa]
+    """A Gemma 4-shaped model (the target or its assistant; 31B's heads, context and window unless given): the
+    262144-token vocabulary, the metadata (sliding layers where `swa`, `extra_u32` right after the common keys), the
+    tied embeddings in `embd`, and the global layers' rope factors. heads: (sliding head dim, sliding KV heads, global
+    head dim, global KV heads). Returns the model and each layer's (head dim, KV heads), for the caller's layer
+    tensors (and, with n_embd_per_layer, the per-layer embedding tensors)."""
+    d_swa, hkv_swa, d_full, hkv_full = heads
+    heads = [(d_swa, hkv_swa) if s else (d_full, hkv_full) for s in swa]
     V = 262144
     m = Model(arch, name, Vocab(V, "gemma4", bos=2, eos=1), ftype=ftype)
     _common(
         m,
         n_layer=L,
         n_embd=E,
-        n_ctx=262144,
+        n_ctx=n_ctx,
         n_head=H,
         n_head_kv=[hkv for _, hkv in heads],
         n_ff=FF,
@@ -312,20 +319,24 @@ def _gemma4_model(
     )
     for key, value in (extra_u32 or {}).items():
         m.u32(key, value)
-    m.u32(".attention.key_length", _G4_D_FULL)
-    m.u32(".attention.value_length", _G4_D_FULL)
-    m.u32(".attention.key_length_swa", _G4_D_SWA)
-    m.u32(".attention.value_length_swa", _G4_D_SWA)
-    m.u32(".rope.dimension_count", _G4_D_FULL)
-    m.u32(".rope.dimension_count_swa", _G4_D_SWA)
+    m.u32(".attention.key_length", d_full)
+    m.u32(".attention.value_length", d_full)
+    m.u32(".attention.key_length_swa", d_swa)
+    m.u32(".attention.value_length_swa", d_swa)
+    m.u32(".rope.dimension_count", d_full)
+    m.u32(".rope.dimension_count_swa", d_swa)
     m.f32(".rope.freq_base_swa", 10000.0)
-    m.u32(".attention.sliding_window", 1024)
+    m.u32(".attention.sliding_window", window)
     m.bools(".attention.sliding_window_pattern", swa)
     m.u32(".attention.shared_kv_layers", shared_kv_layers)
-    m.u32(".embedding_length_per_layer_input", 0)
+    m.u32(".embedding_length_per_layer_input", n_embd_per_layer)
     m.f32(".final_logit_softcapping", 30.0)
     _embeddings(m, V, E, embd, None)  # tied
-    m.t("rope_freqs.weight", (_G4_D_FULL // 2,))  # proportional rope of the global layers
+    if n_embd_per_layer:  # per-layer embeddings: the table in host memory (an input), its projection with layer 0
+        m.t("per_layer_token_embd.weight", (n_embd_per_layer * L, V), embd)
+        m.t("per_layer_model_proj.weight", (E, n_embd_per_layer * L), Q.F16)  # llama-quantize leaves it
+        m.t("per_layer_proj_norm.weight", (n_embd_per_layer,))
+    m.t("rope_freqs.weight", (d_full // 2,))  # proportional rope of the global layers
     return m, heads
 
 
@@ -401,6 +412,51 @@ def gemma4(path: Path) -> Path:
         m.t(b + "layer_output_scale.weight", (1,))
         _ffn(m, i, L, E, FF, gate_up=Q.IQ4_XS, down=Q.Q4_K if more else Q.IQ4_XS)
         m.t(b + "post_ffw_norm.weight", (E,))
+    return m.write(path)
+
+
+def gemma4_e4b(path: Path) -> Path:
+    """Gemma-4-E4B(-it), a Q4_K_M-like mix (5.3 GB; llama.cpp's docs list a 4.76 GiB Q4_K_M of 7.52 B parameters).
+    Its config (google/gemma-4-E4B-it, as NVIDIA Megatron-Bridge's Gemma 4 E4B recipe restates it): 42 layers of
+    2560, FFN 10240, 8 query heads; every 6th layer global (5, 11, ..., 41: 2 KV heads of 512), the others sliding
+    over 512 tokens (2 KV heads of 256); per-layer embeddings of 256 (Q6_K here, as the file size implies); a
+    131072-token context. Its last 18 layers (24..41) are shared-KV layers: they keep no cache of their own and read
+    layer 22's (sliding) or 23's (global) (llama.cpp: n_layer_kv_from_start = 42 - shared_kv_layers). The file is
+    taken to hold their K and V projections too (llama.cpp loads them when present, needs them only below 24)."""
+    L, E, FF, H = 42, 2560, 10240, 8
+    swa = [(i % 6) != 5 for i in range(L)]
+    m, heads = _gemma4_model(
+        "gemma4",
+        "Gemma-4-E4B-it",
+        FTYPE_Q4_K_M,
+        L=L,
+        E=E,
+        FF=FF,
+        H=H,
+        swa=swa,
+        shared_kv_layers=18,
+        embd=Q.Q6_K,
+        heads=(256, 2, 512, 2),
+        n_ctx=131072,
+        window=512,
+        n_embd_per_layer=256,
+    )
+    for i, (d, hkv) in enumerate(heads):
+        b = f"blk.{i}."
+        m.t(b + "attn_norm.weight", (E,))
+        m.t(b + "attn_q.weight", (E, H * d), Q.Q4_K)
+        m.t(b + "attn_k.weight", (E, hkv * d), Q.Q4_K)
+        m.t(b + "attn_v.weight", (E, hkv * d), q4km(i, L))
+        m.t(b + "attn_output.weight", (H * d, E), Q.Q4_K)
+        m.t(b + "attn_q_norm.weight", (d,))
+        m.t(b + "attn_k_norm.weight", (d,))
+        m.t(b + "post_attention_norm.weight", (E,))
+        m.t(b + "layer_output_scale.weight", (1,))
+        _ffn(m, i, L, E, FF)
+        m.t(b + "post_ffw_norm.weight", (E,))
+        m.t(b + "inp_gate.weight", (E, 256), Q.Q4_K)
+        m.t(b + "proj.weight", (256, E), Q.Q4_K)
+        m.t(b + "post_norm.weight", (E,))
     return m.write(path)
 
 
@@ -624,6 +680,7 @@ FAMILIES: dict[str, Callable[[Path], Path]] = {
     "gpt-oss": gpt_oss,
     "deepseek2": deepseek2,
     "lfm2": lfm2,
+    "gemma4-e4b": gemma4_e4b,
 }
 
 

@@ -13,6 +13,8 @@ llama-fit-params in the pinned tree, so the unified cache is checked against lla
 report on the lab instead (tests/e2e/test_lab_split_model.py).
 
     python3 -m tests.oracle BIN_DIR tests/oracle_fit_params.json   # the grid with local binaries
+    python3 -m tests.oracle BIN_DIR tests/oracle_fit_params.json FAMILY...   # only these families' cases, merged
+                                                                             # into the recorded files, the rest kept
 
 tests/oracle_fit_params.json holds the figures of the pinned llama.cpp (b11312), recorded that way,
 for the unit tests (tests/unit/test_plan_oracle.py); the e2e test runs the same grid live with the
@@ -210,11 +212,16 @@ def main(argv: list[str]) -> None:
     import subprocess
     import tempfile
 
-    bin_dir, out = argv
+    bin_dir, out, *only = argv
+    unknown = set(only) - set(FAMILIES)
+    if unknown:
+        sys.exit(f"unknown families {sorted(unknown)}: expected some of {', '.join(FAMILIES)}")
+    families = tuple(only) or tuple(FAMILIES)
     with tempfile.TemporaryDirectory() as folder:
-        for name, write in FAMILIES.items():
-            write(Path(folder) / f"{name}.gguf")
-        for cases, path in ((grid(), Path(out)), (draft_grid(), Path(out).with_name(DRAFTS_RECORDED.name))):
+        for name in families:
+            FAMILIES[name](Path(folder) / f"{name}.gguf")
+        for every, path in ((grid(), Path(out)), (draft_grid(), Path(out).with_name(DRAFTS_RECORDED.name))):
+            cases = [c for c in every if c.family in families]
             stdout = subprocess.run(
                 ["sh", "-c", script(cases, folder, str(Path(bin_dir).resolve()))],
                 capture_output=True,
@@ -222,7 +229,9 @@ def main(argv: list[str]) -> None:
                 check=True,
             ).stdout
             found = results(stdout)
-            write_figures(path, {c.key: found.get(c.key) for c in cases})
+            kept = json.loads(path.read_text()) if only and path.exists() else {}
+            figures = {c.key: found.get(c.key) if c.family in families else kept.get(c.key) for c in every}
+            write_figures(path, {key: value for key, value in figures.items() if value is not None or key in found})
 
 
 RECORDED = Path(__file__).with_name("oracle_fit_params.json")

@@ -10,6 +10,7 @@ from llama_rpc_deploy.plan import (
     auto_split,
     ceiling,
     kv_bytes,
+    kv_by_layer,
     place,
     plan_cluster,
     render_shares,
@@ -384,3 +385,51 @@ def test_a_command_whose_server_does_not_answer_ends_in_one_line(tmp_path, capsy
     assert main(["complete", "-i", str(inventory), "-n", "1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: complete: ") and err.count("\n") == 1, err
+
+
+# llama.cpp's own map for the Gemma 4 E4B family: `llama-fit-params -v` logs "layer 24: reuse layer 22, is_swa = 1",
+# ..., "layer 41: reuse layer 23, is_swa = 0" (llama_kv_cache, the pinned b11312), and "does not have KV cache" for
+# each of 24..41
+E4B_REUSE = {il: 23 if il % 6 == 5 else 22 for il in range(24, 42)}
+
+
+def test_shared_kv_layers_keep_no_cache_and_read_the_reused_layers(tmp_path):
+    """Gemma 4 E4B: its last 18 layers (shared_kv_layers) allocate no KV and read layer 22's or 23's; its per-layer
+    embeddings are an input (host memory), their projection is layer 0's (the oracle agrees: test_plan_oracle)."""
+    from ..families import gemma4, gemma4_e4b
+
+    e4b = read_model(gemma4_e4b(tmp_path / "e4b.gguf"))
+    assert e4b.kv_from_start == 24
+    assert {il: e4b.kv_layer(il) for il in range(24, 42)} == E4B_REUSE
+    assert [e4b.kv_layer(il) for il in range(24)] == list(range(24))
+    assert all(kv == (0, 0) for kv in e4b.kv_per_token[24:]) and all(k and v for k, v in e4b.kv_per_token[:24])
+    per_layer = kv_by_layer(e4b, Context(ctx=32768, parallel=1))
+    assert per_layer[24:] == [0] * 18 and per_layer[22] and per_layer[23] > per_layer[22]  # 23: global, every cell
+    embd = 262144 * 2560 * 210 // 256  # token_embd, Q6_K
+    assert e4b.input_bytes == embd + 262144 * 256 * 42 * 210 // 256  # and per_layer_token_embd, Q6_K
+    assert e4b.output_bytes == embd + 2560 * 4 + 256 * 4  # tied: token_embd again, the norm, rope_freqs (no table)
+    assert e4b.layer_bytes[0] - e4b.layer_bytes[1] == 2560 * 256 * 42 * 2 + 256 * 4  # per_layer_model_proj (F16), norm
+    dense = read_model(gemma4(tmp_path / "31b.gguf"))
+    assert dense.kv_from_start == -1 and all(dense.kv_layer(il) == il for il in range(dense.n_layer))
+
+
+def test_gemma3n_reuses_the_kv_from_layer_20(tmp_path):
+    """llama.cpp's gemma3n loader fixes n_layer_kv_from_start at 20 and, without a pattern key, makes every 5th layer
+    global: 20.. read 18 (sliding) or 19 (global). Its KV is not modeled (no fit check), the map is still read."""
+    g3n = read_model(
+        write_shaped(
+            tmp_path / "gemma3n.gguf",
+            arch="gemma3n",
+            n_layer=35,
+            n_embd=2048,
+            n_head=8,
+            n_head_kv=2,
+            head_dim=256,
+            n_ff=16384,
+            n_vocab=262400,
+            window=512,
+        )
+    )
+    assert not g3n.kv_modeled and g3n.kv_from_start == 20
+    assert [g3n.kv_layer(il) for il in range(18, 26)] == [18, 19, 18, 18, 18, 18, 19, 18]
+    assert g3n.kv_per_token[19] != (0, 0) and set(g3n.kv_per_token[20:]) == {(0, 0)}
