@@ -10,8 +10,9 @@ llama_spec_draft_min, llama_spec_draft_max, llama_spec_draft_device. They are ch
 
 Where the draft runs: on the coordinator's own device by default (its last GPU, or its CPU), never on a worker
 unless asked. An MTP draft (a Gemma 4 assistant) is the exception: it reads the KV cache and hidden state of the
-target's last layers, so it runs on their device (the coordinator's last GPU in a deploy with one; the last worker's
-where the coordinator has none), and any other device is refused for it (llama.cpp aborts at load). A draft that
+target's last layers (the cache of the layers they reuse, where they keep none: assistant_device), so it runs on that
+cache's device (the coordinator's last GPU in a deploy with one; the last worker's where the coordinator has none),
+and any other device is refused for it (llama.cpp aborts at load). A draft that
 follows --device (llama.cpp's default) is split across the workers, and each drafted token then costs a network
 round trip per worker (docs/speculative.md).
 """
@@ -136,22 +137,29 @@ KV_OFF_FLAGS = ("-nkvo", "--no-kv-offload")  # llama_extra_args that keep every 
 
 
 def assistant_device(target: ModelInfo, placements, extra_args: list[str]) -> tuple[str, str]:
-    """(device, problem) for a Gemma 4 assistant on this target: the device whose KV cache holds the target's last
-    two layers, which the assistant reads in place (llama-model.cpp: its SWA layers read layer n-2's, its global
-    one n-1's), from the planner's placements (llama.cpp's -ngl and split rule); the CPU where they are not
-    offloaded. problem: those two layers on two devices, which no placement of the assistant can serve."""
+    """(device, problem) for a Gemma 4 assistant on this target: the device of the KV cache it reads in place, from
+    the planner's placements (llama.cpp's -ngl and split rule); the CPU where that cache is not offloaded. Its sliding
+    layers read the cache of the target's layer n-2, its global one layer n-1's (llama-model.cpp's share callback),
+    through the target's own layer map: where those layers keep no cache of their own (Gemma 4 E2B and E4B's shared-KV
+    layers), the cache read is that of the layers they reuse, kv_from_start - 2 and - 1 (ModelInfo.kv_layer), and its
+    device is theirs. problem: the two caches on two devices, which no placement of the assistant can serve."""
     if any(a.startswith(KV_OFF_FLAGS) for a in extra_args):
         return CPU, ""
 
     def device_of(layer: int) -> str:
         return next((p.device.name for p in placements if layer in p.layers), CPU)
 
-    before, last = device_of(target.n_layer - 2), device_of(target.n_layer - 1)
+    n = target.n_layer
+    sliding, full = target.kv_layer(n - 2), target.kv_layer(n - 1)
+    before, last = device_of(sliding), device_of(full)
     if before != last:
+        reused = (
+            f" (the cache of its layers {n - 2} and {n - 1}, which keep none of their own)" if sliding != n - 2 else ""
+        )
         return last, (
-            f"the target's layers {target.n_layer - 2} and {target.n_layer - 1}, whose KV cache the Gemma 4 "
-            f"assistant reads in place, are on {before} and {last}: expected llama_tensor_split and "
-            "llama_n_gpu_layers that keep them on one device"
+            f"the target's layers {sliding} and {full}, whose KV cache the Gemma 4 assistant reads in place{reused}, "
+            f"are on {before} and {last}: expected llama_tensor_split and llama_n_gpu_layers that keep them on one "
+            "device"
         )
     return last, ""
 
@@ -166,7 +174,7 @@ def placement_problem(cluster, draft: ModelInfo, device: str) -> str:
         return ""
     return (
         f"{cluster.coordinator.origins[DEVICE_KEY]}: {DEVICE_KEY} = {chosen!r}: the draft {draft.path} is a Gemma 4 "
-        f"assistant, which reads the KV cache of the target's last layers where they are ({device}), and llama.cpp "
+        f"assistant, which reads the KV cache of the target's last layers where it is ({device}), and llama.cpp "
         f"aborts at load with it on another device: expected None (the assistant on {device}) or {device!r}"
     )
 

@@ -19,7 +19,7 @@ from llama_rpc_deploy.plan import (
     tokens_per_step,
 )
 
-from ..families import gemma4, gemma4_assistant
+from ..families import gemma4, gemma4_assistant, gemma4_e4b
 from .helpers import cluster, flag, server_script, words
 
 SEED = {"llama_ctx_size": 65536, "llama_parallel": 4, "llama_tensor_split": "auto"}
@@ -37,6 +37,12 @@ def files(tmp_path_factory):
 @pytest.fixture(scope="module")
 def models(files):
     return {name: read_model(path) for name, path in files.items()}
+
+
+@pytest.fixture(scope="module")
+def e4b(tmp_path_factory):
+    """Gemma 4 E4B: its layers 24..41 keep no KV, and read layer 22's (sliding) or 23's (global)."""
+    return read_model(gemma4_e4b(tmp_path_factory.mktemp("gemma4-e4b") / "gemma-4-E4B-it.gguf"))
 
 
 def test_tokens_per_step_by_hand():
@@ -158,6 +164,39 @@ def test_an_assistant_whose_two_layers_are_apart_is_refused(models):
         cpu_lab(llama_spec_draft_path="/m/a.gguf", llama_n_gpu_layers=2), models["target"], draft=models["assistant"]
     )
     assert [p for p in plan.problems if f"the target's layers {n - 2} and {n - 1}, whose KV cache" in p], plan.problems
+
+
+@pytest.mark.parametrize(
+    "data, device, naive",
+    [
+        # -ts 3,1: layers 0..32 on RPC0 (22 and 23 among them), 33..41 on RPC1
+        ({"llama_n_gpu_layers": 43, "llama_tensor_split": [3, 1]}, "RPC0", "RPC1"),
+        # -ngl 19: 24..41 offloaded, 22 and 23 not: their cache is in host memory
+        ({"llama_n_gpu_layers": 19}, "CPU", "RPC1"),
+        ({"llama_n_gpu_layers": 43, "llama_tensor_split": [1, 1]}, "RPC1", "RPC1"),  # 22..41 on RPC1
+    ],
+)
+def test_an_assistant_on_a_shared_kv_target_runs_where_the_reused_cache_is(models, e4b, data, device, naive):
+    """On Gemma 4 E4B the last two layers (40 and 41) keep no cache: the assistant reads layer 22's and 23's (llama.cpp
+    maps the shared layer through the target's own map), so it runs on their device, not on layer 40 and 41's."""
+    lab = cpu_lab(llama_spec_draft_path="/m/a.gguf", **data)
+    plan = plan_cluster(lab, e4b, draft=models["assistant"])
+    assert plan.draft.device == device and not plan.problems, plan.problems
+    device_of = {il: p.device.name for p in plan.placements for il in p.layers}
+    assert device_of.get(40, "CPU") == device_of.get(41, "CPU") == naive  # where layers n-2 and n-1 are
+    assert speculation.assistant_device(e4b, plan.placements, []) == (device, "")
+
+
+def test_an_assistant_whose_reused_caches_are_apart_is_refused_by_their_layers(models, e4b):
+    """-ngl 20: layers 23..41 offloaded, 22 not. Layers 40 and 41 are both on RPC1 (the naive check passes), but the
+    caches the assistant reads, 22's and 23's, are on the CPU and RPC0."""
+    plan = plan_cluster(
+        cpu_lab(llama_spec_draft_path="/m/a.gguf", llama_n_gpu_layers=20), e4b, draft=models["assistant"]
+    )
+    assert [p.device.name for p in plan.placements if {40, 41} <= set(p.layers)] == ["RPC1"]
+    problems = [p for p in plan.problems if "the target's layers 22 and 23, whose KV cache" in p]
+    assert len(problems) == 1 and "(the cache of its layers 40 and 41, which keep none of their own)" in problems[0]
+    assert "are on CPU and RPC0" in problems[0]
 
 
 @pytest.mark.parametrize("device", ["CPU", "RPC0"])
