@@ -90,10 +90,10 @@ def measure(cluster, runs: int, prompt: str = PROMPT) -> list[dict]:
     return out
 
 
-def deployed(data: dict):
+def deployed(data: dict, inventory: Path = INVENTORY):
     """The lab deployed with these settings (the deploy's --data, JSON where not a string), serving: its Cluster."""
-    deploy(INVENTORY, *(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in data.items()))
-    cluster = offline_cluster(INVENTORY, overrides=data)
+    deploy(inventory, *(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in data.items()))
+    cluster = offline_cluster(inventory, overrides=data)
     until_serving(cluster, 120, expect_down=False)
     return cluster
 
