@@ -161,7 +161,7 @@ HOST_CASES = [
         ),
         (
             "{c}: llama_spec_draft_device = 'CPU': the draft /models-spec/gemma4-assistant.gguf is a Gemma 4 assistant, "
-            "which reads the KV cache of the target's last layers where they are (RPC1), and llama.cpp aborts at "
+            "which reads the KV cache of the target's last layers where it is (RPC1), and llama.cpp aborts at "
             "load with it on another device: expected None (the assistant on RPC1) or 'RPC1'",
         ),
     ),
