@@ -435,13 +435,13 @@ def checked_cluster(
     """The Cluster, after every check in CHECKS (each raises SettingsError); for a plan (deploying=False),
     less DEPLOY_ONLY's."""
     check_inventory_shape([h.name for h in coordinators], [h.name for h in workers], inventory_file)
-    hosts = [
-        replace(h, software_vulkan=h.settings["image_backend"] == "vulkan" and not h.gpus)
-        for h in coordinators + workers
-    ]
-    coordinators, workers = hosts[: len(coordinators)], hosts[len(coordinators) :]
-    coordinators = [_backend_from(coordinators[0], "cuda", f"{inventory_file} (host {coordinators[0].name})")]
+
+    def lavapipe(h: ClusterHost) -> ClusterHost:  # vulkan set on the host itself, and no gpus
+        return replace(h, software_vulkan=h.settings["image_backend"] == "vulkan" and not h.gpus)
+
+    coordinators = [_backend_from(lavapipe(coordinators[0]), "cuda", f"{inventory_file} (host {coordinators[0].name})")]
     first = coordinators[0].settings["rpc_tunnel_local_port"]  # each tunnelled worker's end on the coordinator
+    workers = [lavapipe(w) for w in workers]
     workers = [_backend_from(w, coordinators[0].backend, coordinators[0].origins["image_backend"]) for w in workers]
     workers = [replace(w, tunnel_end=first + i) if w.tunnelled else w for i, w in enumerate(workers)]
     cluster = Cluster(coordinator=coordinators[0], workers=tuple(workers))
