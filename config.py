@@ -3,8 +3,10 @@
 from pyinfra import config
 
 from llama_rpc_deploy.deployment import preflight
+from llama_rpc_deploy.sleep import wake_for_deploy
 
 preflight()
+wake_for_deploy()  # workers asleep (sleep_idle_seconds): the coordinator wakes them before pyinfra connects
 
 # One host failing stops every host: a worker must not install a version the coordinator failed to build.
 # (The service starts and the health check ignore their own errors: the health check decides, and a

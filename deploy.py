@@ -13,12 +13,14 @@ it before any host goes on. The steps live in llama_rpc_deploy/phases/:
   services  the front (HAProxy, reloaded on new files), drained when a server will restart; workers:
             the firewall rule and rpc-server; then the coordinator: llama-server after its workers, and
             the wait for /health through the front
+  sleep     with sleep_idle_seconds: the workers' NICs checked, their sleep command and Wake-on-LAN, then
+            llama-sleep.service on the coordinator, which suspends them when idle and wakes them (docs/sleep.md)
   rollback  when that health check failed, every host goes back to its previous version
 """
 
 from pyinfra import host, inventory, state
 
-from llama_rpc_deploy.phases import build, checks, rollback, services
+from llama_rpc_deploy.phases import build, checks, rollback, services, sleep
 from llama_rpc_deploy.phases.shared import barrier
 from llama_rpc_deploy.run import Run
 from llama_rpc_deploy import settings
@@ -42,9 +44,11 @@ def on(roles, step):
 
 if role is not None:
     on(EVERY, checks.host_is_ready)
+    on(EVERY, sleep.can_sleep)  # sleep_idle_seconds: each worker's NIC can wake it
     on(COORDINATOR, checks.settle)  # the Cluster from the coordinator's model files, once; workers read none of it
     on(EVERY, build.service_user)
     on(WORKERS, build.prepare_worker)
+    on(WORKERS, sleep.sleep_worker)  # its sleep command and Wake-on-LAN (or none, sleep off)
     on(COORDINATOR, build.build_image)
     barrier(run, "image built, workers ready to receive it")
     on(COORDINATOR, build.distribute_image)
@@ -54,6 +58,7 @@ if role is not None:
     on(WORKERS, services.install_worker)
     barrier(run, "rpc-server running on every worker")
     on(COORDINATOR, services.install_coordinator)
+    on(COORDINATOR, sleep.install_sleep)  # llama-sleep.service (or none, sleep off)
     barrier(run, "llama-server checked")
     on(WORKERS, rollback.roll_back)
     barrier(run, "workers rolled back, if the new version failed")

@@ -146,3 +146,31 @@ class NvidiaGpus(FactBase):
             if name.strip() and memory.strip().isdigit():
                 gpus.append((name.strip(), int(memory)))
         return gpus
+
+
+class WakeNic(FactBase):
+    """The NIC that would wake this worker (sleep.Nic, parsed by sleep.nic_of): wol_interface, or the one this host
+    reaches the coordinator through; its MAC, IPv4 broadcast address, and ethtool's Wake-on lines."""
+
+    def command(self, coordinator: str, interface: str | None = None) -> str:
+        find = (
+            f"i={shell(interface)}"
+            if interface
+            else (
+                f"a=$(getent ahostsv4 {shell(coordinator)} | awk 'NR == 1 {{ print $1 }}'); "
+                "i=$(ip -o route get \"$a\" 2>/dev/null | sed -nE 's/.* dev ([^ ]+).*/\\1/p')"
+            )
+        )
+        return (
+            f'{find}; echo "interface $i"; '
+            'if [ -n "$i" ] && [ -e "/sys/class/net/$i" ]; then echo "exists yes"; '
+            'echo "mac $(cat "/sys/class/net/$i/address")"; '
+            'echo "broadcast $(ip -o -4 addr show dev "$i" | sed -nE \'s/.* brd ([0-9.]+).*/\\1/p\' | head -n 1)"; '
+            'else echo "exists no"; fi; '
+            "e=$(command -v ethtool || ls /usr/sbin/ethtool /sbin/ethtool 2>/dev/null | head -n 1); "
+            'if [ -n "$e" ]; then echo "ethtool yes"; [ -n "$i" ] && "$e" "$i" 2>/dev/null | grep "Wake-on"; '
+            'else echo "ethtool no"; fi; true'
+        )
+
+    def process(self, output: list[str]) -> list[str]:
+        return [line for line in output if line.strip()]

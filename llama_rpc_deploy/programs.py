@@ -22,8 +22,10 @@ PROGRAMS = (
     "rpc-firewall.sh",
     "rpc-cache-prune.sh",
     "front-drain.sh",
+    "sleep-now.sh",
 )
 FRONT_LUA = "front.lua"  # the front's hold (HAProxy's lua-load), shipped as is like the programs
+SLEEPER = "llama-sleep.py"  # the coordinator's sleep and wake of the workers (python3), shipped as is too
 WATCHDOG_LIBRARY = "watchdog-loop.sh"  # what both watchdogs share (command line, settings, loop), beside them
 FILES = shipped("files")
 
@@ -32,7 +34,7 @@ _KEY = re.compile(r"[A-Z][A-Z0-9_]*")
 
 def text(name: str) -> str:
     """The content of the program `name` (one of PROGRAMS) as it ships."""
-    if name not in (*PROGRAMS, WATCHDOG_LIBRARY, FRONT_LUA):
+    if name not in (*PROGRAMS, WATCHDOG_LIBRARY, FRONT_LUA, SLEEPER):
         raise ValueError(f"{name!r} is not one of the deploy's programs: {', '.join(PROGRAMS)}")
     return (FILES / name).read_text()
 
@@ -128,3 +130,7 @@ def firewall_env(*, ports: Sequence[int], chain: str, ipv4: Sequence[str], ipv6:
     return env_file(
         RPC_PORTS=_words("ports", ports), CHAIN=chain, ALLOW_IPV4=_words("ipv4", ipv4), ALLOW_IPV6=_words("ipv6", ipv6)
     )
+
+
+def sleep_now_env(*, command: str) -> str:
+    return env_file(SLEEP_COMMAND=command)

@@ -13,17 +13,24 @@ from .loading import load_inventory
 from .paths import STATE
 
 TRANSFER_KEY_COMMENT = "llama-rpc-deploy-image-transfer"
+SLEEP_KEY_COMMENT = "llama-rpc-deploy-sleep"
+
+
+def _key_pair(key: Path, comment: str) -> Path:
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)], check=True)
+    return key
 
 
 def transfer_key(state_dir: Path = STATE) -> Path:
     """An ed25519 key pair made once on the control machine; the workers accept it only for image loads."""
-    key = state_dir / "transfer_ed25519"
-    if not key.exists():
-        state_dir.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", TRANSFER_KEY_COMMENT, "-f", str(key)], check=True
-        )
-    return key
+    return _key_pair(state_dir / "transfer_ed25519", TRANSFER_KEY_COMMENT)
+
+
+def sleep_key(transfer: Path) -> Path:
+    """The key pair, beside the transfer key, that the workers accept only for their sleep (sleep-now.sh)."""
+    return _key_pair(transfer.parent / "sleep_ed25519", SLEEP_KEY_COMMENT)
 
 
 def write_ssh_config(inventory: Path, directory: Path) -> Path:

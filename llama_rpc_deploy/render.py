@@ -18,7 +18,9 @@ from pathlib import PurePosixPath
 
 import jinja2
 
-from . import programs, quoting, speculation, tunnel
+import json
+
+from . import programs, quoting, sleep, speculation, tunnel
 from .roles import (
     API_KEY_PATH,
     CACHE_PRUNE_TIMER,
@@ -30,10 +32,15 @@ from .roles import (
     FRONT_DRAIN,
     FRONT_SOCKET,
     FRONT_UNIT,
+    KNOWN_HOSTS,
     LLAMA_SERVER_SCRIPT,
     MODELS_PRESET,
     NO_DRAIN_FLAG,
     RPC_SERVER_SCRIPT,
+    SLEEP_KEY,
+    SLEEP_NOW,
+    SLEEP_STATE,
+    SLEEP_UNIT,
     STUNNEL,
     TUNNEL_CONFIG,
     TUNNEL_DIR,
@@ -42,6 +49,7 @@ from .roles import (
     WATCHDOG_UNIT,
     WORKER_UNIT,
     WORKER_WATCHDOG_UNIT,
+    WOL_LINK,
 )
 from .cluster import SERVICE_USER, Cluster, ClusterHost, allowed_clients
 from .settings import COORDINATOR, WORKERS
@@ -484,3 +492,68 @@ def watchdog_files(cluster: Cluster) -> dict[str, str]:
             "llama-server-watchdog.service.j2", deploy_dir=s["deploy_dir"], server_unit=COORDINATOR_UNIT
         ),
     }
+
+
+def sleep_files(cluster: Cluster, nics: dict[str, sleep.Nic]) -> dict[str, str]:
+    """Path on the coordinator -> content: llama-sleep.py, its settings (llama-sleep.json: every command it runs,
+    and per worker its MAC, broadcast address and RPC endpoint, nics[name] as the deploy read them) and its unit.
+    Empty when sleep_idle_seconds is None."""
+    s = cluster.settings
+    if not s["sleep_idle_seconds"]:
+        return {}
+    deploy_dir = s["deploy_dir"]
+    sleeper = f"{deploy_dir}/{programs.SLEEPER}"
+
+    def told_to_sleep(w: ClusterHost) -> list[str]:  # its authorized_keys runs sleep-now.sh whatever we send
+        return [
+            "ssh", "-i", SLEEP_KEY, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={KNOWN_HOSTS}", "-o", "ConnectTimeout=10", "-p", str(w.transfer_port),
+            f"root@{w.address}", "sleep",
+        ]  # fmt: skip
+
+    config = {
+        "idle_seconds": s["sleep_idle_seconds"],
+        "wake_timeout": s["sleep_wake_timeout"],
+        "retry_after": sleep.WAKE_RETRY_AFTER,
+        "keep_awake": sleep.KEEP_AWAKE,
+        "ready_timeout": s["llama_health_timeout"],
+        "socket": FRONT_SOCKET,
+        "backend": FRONT_BACKEND,
+        "server": FRONT_SERVER,
+        "state": SLEEP_STATE,
+        "stop_server": ["systemctl", "stop", COORDINATOR_UNIT],
+        "start_server": ["systemctl", "start", COORDINATOR_UNIT],
+        "server_running": ["systemctl", "is-active", "--quiet", COORDINATOR_UNIT],
+        "workers": [
+            {
+                "name": w.name,
+                "mac": nics[w.name].mac,
+                "broadcast": nics[w.name].broadcast,
+                "endpoint": w.rpc_endpoint,
+                "sleep": told_to_sleep(w),
+            }
+            for w in cluster.workers
+        ],
+    }
+    return {
+        sleeper: programs.text(programs.SLEEPER),
+        f"{deploy_dir}/{programs.SLEEPER.removesuffix('.py')}.json": json.dumps(config, indent=1) + "\n",
+        f"{UNIT_DIR}/{SLEEP_UNIT}": _render(
+            "llama-sleep.service.j2",
+            idle=s["sleep_idle_seconds"],
+            sleeper=sleeper,
+            front_unit=FRONT_UNIT,
+            server_unit=COORDINATOR_UNIT,
+        ),
+    }
+
+
+def worker_sleep_files(cluster: Cluster, worker: ClusterHost, nic: sleep.Nic | None) -> dict[str, str]:
+    """Path on the worker -> content: sleep-now.sh (the sleep key's one command) with its settings, and with
+    wol_check_nic the .link file that turns Wake-on-LAN on at every boot. Empty when sleep_idle_seconds is None."""
+    if not cluster.settings["sleep_idle_seconds"]:
+        return {}
+    out = _program(worker.settings["deploy_dir"], SLEEP_NOW, programs.sleep_now_env(command=sleep.sleep_line(worker)))
+    if worker.settings["wol_check_nic"] and nic is not None:
+        out[WOL_LINK] = _render("wol.link.j2", interface=nic.interface, mac=nic.mac)
+    return out

@@ -19,6 +19,7 @@ WATCHDOG_UNIT = "llama-server-watchdog.service"  # restarts llama-server when it
 WORKER_WATCHDOG_UNIT = "rpc-server-watchdog.service"  # restarts rpc-server when it holds a dead client (workers)
 FIREWALL_UNIT = "llama-rpc-firewall.service"  # the RPC port's rule (workers, with rpc_firewall)
 TUNNEL_UNIT = "llama-rpc-tunnel.service"  # stunnel: the worker's TLS end, or the coordinator's ends (one per worker)
+SLEEP_UNIT = "llama-sleep.service"  # the workers' sleep when idle and their wake (coordinator, with sleep_idle_seconds)
 CACHE_PRUNE_UNIT, CACHE_PRUNE_TIMER = "rpc-cache-prune.service", "rpc-cache-prune.timer"  # the tensor cache (workers)
 SERVER_UNIT = {COORDINATOR: COORDINATOR_UNIT, WORKERS: WORKER_UNIT}  # the unit that serves, by role
 
@@ -30,12 +31,16 @@ FRONT_CONFIG = "front.cfg"
 FRONT_DRAIN = "front-drain.sh"
 TUNNEL_CONFIG = "rpc-tunnel.conf"
 IMAGE_RECEIVER = "receive-image.sh"  # on the workers: the transfer key's one command
+SLEEP_NOW = "sleep-now.sh"  # on the workers: the sleep key's one command
 SKIP_LAYERS = "skip-layers.py"  # on the coordinator: the layers a worker lacks (files/skip-layers.py)
 
 CONFIG_DIR = "/etc/llama-rpc"  # on the coordinator: mode 700 (the API key, the image-transfer key)
 API_KEY_PATH = f"{CONFIG_DIR}/api_key"  # owned by the service user, mode 0400
 TRANSFER_KEY = f"{CONFIG_DIR}/transfer_key"  # the key the coordinator sends the images with
 KNOWN_HOSTS = f"{CONFIG_DIR}/known_hosts"  # ... and the workers' host keys
+SLEEP_KEY = f"{CONFIG_DIR}/sleep_key"  # the key llama-sleep.py tells the workers to sleep with (sleep-now.sh only)
+SLEEP_STATE = "/var/lib/llama-sleep/state.json"  # llama-sleep.py's state (its unit's StateDirectory): `status`
+WOL_LINK = "/etc/systemd/network/50-llama-rpc-wol.link"  # on the workers: Wake-on-LAN on at every boot
 TUNNEL_DIR = "/etc/llama-rpc-tunnel"  # on every tunnelled host: the service user's, mode 700 (stunnel runs as it)
 FRONT_SOCKET = "/run/llama-front/admin.sock"  # HAProxy's runtime API (RuntimeDirectory of FRONT_UNIT)
 NO_DRAIN_FLAG = "/run/llama-rpc-no-drain"  # the watchdog's word to front-drain.sh: this stop, no drain
@@ -74,7 +79,9 @@ def coordinator(cluster) -> Role:
         COORDINATOR_UNIT,
         WATCHDOG_UNIT,
         "llama-server",
-        units=(COORDINATOR_UNIT, WATCHDOG_UNIT, FRONT_UNIT) + ((TUNNEL_UNIT,) if tunnels else ()),
+        units=(COORDINATOR_UNIT, WATCHDOG_UNIT, FRONT_UNIT)
+        + ((TUNNEL_UNIT,) if tunnels else ())
+        + ((SLEEP_UNIT,) if cluster.settings["sleep_idle_seconds"] else ()),
     )
 
 

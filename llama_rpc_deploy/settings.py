@@ -101,6 +101,13 @@ def _positive_numbers() -> Check:
     )
 
 
+def _ipv4(value) -> bool:
+    try:
+        return isinstance(value, str) and isinstance(ipaddress.ip_address(value), ipaddress.IPv4Address)
+    except ValueError:
+        return False
+
+
 def is_host_name(value) -> bool:
     """An IP address (IPv6 without a %scope) or an RFC 1123 host name: what may go into a command."""
     if not isinstance(value, str) or not value:
@@ -711,6 +718,71 @@ SETTINGS: tuple[Setting, ...] = (
         "rpc",
     ),
     S("rpc_extra_args", [], _str_list(), "Extra rpc-server arguments, one list item per word.", "rpc"),
+    # --- sleep when idle, wake on the first request (docs/sleep.md) ---
+    S(
+        "sleep_idle_seconds",
+        None,
+        _optional(_int(10, 604800)),
+        "Suspend every worker after this many seconds without a request (health checks, status polls and "
+        "/metrics do not count), and wake them by Wake-on-LAN on the next one, which the front holds meanwhile. "
+        "The coordinator stays up. None: the workers never sleep.",
+        "server",
+    ),
+    S(
+        "sleep_wake_timeout",
+        90,
+        _int(5, 3600),
+        "Seconds a wake may take, from the first magic packet to every worker's rpc-server answering; past it the "
+        "held requests get 503 with Retry-After and `status` names the worker that did not wake.",
+        "server",
+    ),
+    S(
+        "sleep_mode",
+        "suspend",
+        _one_of("suspend", "hibernate", "poweroff"),
+        "How a worker sleeps: systemctl suspend (to RAM), hibernate (to disk) or poweroff. Each needs a NIC "
+        "that wakes on a magic packet from that state (the BIOS's 'Wake on LAN' for poweroff).",
+        "rpc",
+    ),
+    S(
+        "sleep_command",
+        None,
+        _optional(_str_list()),
+        "Instead of sleep_mode's systemctl command: the command (one item per word) that puts this worker to "
+        "sleep. The lab's stand-in freezes its container with it.",
+        "rpc",
+    ),
+    S(
+        "wol_interface",
+        None,
+        _optional(_str(r"[A-Za-z0-9_.:@-]{1,15}", "a network interface name (at most 15 letters, digits, _.:@-)")),
+        "The worker's NIC that wakes it: its MAC goes into the magic packet. None: the interface that holds the "
+        "worker's address.",
+        "rpc",
+    ),
+    S(
+        "wol_mac",
+        None,
+        _optional(_str(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}", "a MAC address like 3c:7c:3f:12:34:56")),
+        "The MAC the magic packet wakes. None: wol_interface's MAC, read on the worker at deploy time.",
+        "rpc",
+    ),
+    S(
+        "wol_broadcast",
+        None,
+        _optional(Check("an IPv4 address (a broadcast address, like 192.168.1.255)", lambda v: _ipv4(v))),
+        "Where the coordinator sends the magic packets (UDP port 9). None: the broadcast address of the "
+        "worker's network, read on the worker at deploy time.",
+        "rpc",
+    ),
+    S(
+        "wol_check_nic",
+        True,
+        BOOL,
+        "Check with ethtool that wol_interface can wake on a magic packet ('Supports Wake-on: ...g') and turn "
+        "that on, persistently (a systemd .link file). False: you set up Wake-on-LAN yourself (the lab: a veth).",
+        "rpc",
+    ),
     # --- where things go on the hosts ---
     S("deploy_dir", "/opt/llama-rpc", HOST_DIR, "Launch scripts on every host.", "paths"),
     S("state_dir", "/var/lib/llama-rpc", HOST_DIR, "Build context and source tarball on the coordinator.", "paths"),

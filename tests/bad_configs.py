@@ -666,6 +666,31 @@ CASES = [
         ),
         (C + "llama_models: other.llama_spec_type = 'eagle': expected None or one of",),
     ),
+    Bad(
+        "sleep-too-soon",
+        on_coordinator('{"sleep_idle_seconds": 5}'),
+        (C + "sleep_idle_seconds = 5: expected None or an integer from 10 to 604800",),
+    ),
+    Bad(
+        "sleep-mode-typo",
+        on_worker('{"sleep_mode": "standby"}'),
+        (W + "sleep_mode = 'standby': expected one of 'suspend', 'hibernate', 'poweroff'",),
+    ),
+    Bad(
+        "wol-mac-malformed",
+        on_worker('{"wol_mac": "3c:7c:3f:12:34"}'),
+        (W + "wol_mac = '3c:7c:3f:12:34': expected None or a MAC address like 3c:7c:3f:12:34:56",),
+    ),
+    Bad(
+        "wol-interface-not-a-name",
+        on_worker('{"wol_interface": "eth0; reboot"}'),
+        (W + "wol_interface = 'eth0; reboot': expected None or a network interface name",),
+    ),
+    Bad(
+        "wol-broadcast-not-ipv4",
+        on_worker('{"wol_broadcast": "192.168.1.256"}'),
+        (W + "wol_broadcast = '192.168.1.256': expected None or an IPv4 address",),
+    ),
 ]
 
 

@@ -27,8 +27,11 @@ from llama_rpc_deploy.programs import (
     front_drain_env,
     llama_server_watchdog_env,
     rpc_server_watchdog_env,
+    sleep_now_env,
     wait_for_workers_env,
 )
+
+from llama_rpc_deploy.sleep import Nic
 
 from .helpers import IMAGE, cluster
 
@@ -241,6 +244,7 @@ SETTINGS = {
         drain_seconds=5,
         no_drain_flag="/nonexistent/no-drain",
     ),
+    "sleep-now.sh": sleep_now_env(command="systemctl suspend"),
 }
 
 
@@ -263,6 +267,7 @@ def test_a_missing_setting_stops_the_program(tmp_path, name, key):
         "ip6tables",
         "ip6tables-restore",
         "socat",
+        "systemd-run",
     ):
         host.stub(tool, "")
     result = host.run(name, without(SETTINGS[name], key), *ARGS.get(name, []))
@@ -997,9 +1002,18 @@ def test_firewall_fails_when_a_rule_cannot_be_set(tmp_path, fail):
 # --- as the deploy writes them ----------------------------------------------------------------------------
 
 
+NIC = Nic(interface="eno1", mac="3c:7c:3f:12:34:56", broadcast="10.0.0.255", exists=True, wake_on="pumbg", ethtool=True)
+
+
 def deployed(c, image=IMAGE):
     """Every file the deploy writes for cluster c, by path (the coordinator's, then each worker's)."""
-    files = {**render.coordinator_files(c, image), **render.watchdog_files(c), **render.front_files(c)}
+    nics = {w.name: NIC for w in c.workers}
+    files = {
+        **render.coordinator_files(c, image),
+        **render.watchdog_files(c),
+        **render.front_files(c),
+        **render.sleep_files(c, nics),
+    }
     for worker in c.workers:
         files.update(
             {
@@ -1008,6 +1022,7 @@ def deployed(c, image=IMAGE):
                     **render.worker_watchdog_files(worker),
                     **render.firewall_files(c, worker),
                     **render.cache_prune_files(worker),
+                    **render.worker_sleep_files(c, worker, nics[worker.name]),
                 }.items()
             }
         )
@@ -1015,8 +1030,13 @@ def deployed(c, image=IMAGE):
 
 
 def test_the_deploy_ships_each_program_unchanged_next_to_its_settings():
-    c = cluster(workers=[None, None], all_data={"rpc_wait_timeout": 45, "llama_front_drain_seconds": 30})
+    c = cluster(
+        workers=[None, None],
+        all_data={"rpc_wait_timeout": 45, "llama_front_drain_seconds": 30, "sleep_idle_seconds": 900},
+    )
     files = deployed(c)
+    assert files["/opt/llama-rpc/llama-sleep.py"] == programs.text(programs.SLEEPER)
+    assert files["10.0.0.20:/opt/llama-rpc/sleep-now.env"] == sleep_now_env(command="systemctl suspend")
     endpoints, remotes = ["127.0.0.1:50100", "127.0.0.1:50101"], ["10.0.0.20:50053", "10.0.0.21:50053"]
     for name in PROGRAMS:
         paths = [p for p in files if p.endswith(f"/opt/llama-rpc/{name}")]
@@ -1180,3 +1200,23 @@ def test_the_deploy_keeps_each_workers_cache_under_its_own_limit():
     )
     timer = files[f"10.0.0.20:/etc/systemd/system/{roles.CACHE_PRUNE_TIMER}"]
     assert "OnUnitActiveSec=30" in timer and "WantedBy=timers.target" in timer and "0.5 GiB" in timer
+
+
+def test_sleep_now_leaves_the_ssh_session_before_the_host_sleeps(tmp_path):
+    """The sleep key's command: the host's sleep comes 2 s later from a transient systemd timer (the coordinator's
+    SSH session has closed by then), with the configured line run by /bin/sh."""
+    host = Host(tmp_path)
+    host.stub("systemd-run", "")
+    result = host.run("sleep-now.sh", sleep_now_env(command="systemctl hibernate"))
+    assert result.returncode == 0, result.stderr
+    assert "sleeps in 2 s: systemctl hibernate" in result.stdout
+    assert host.calls("systemd-run") == [
+        "--quiet --collect --on-active=2 --timer-property=AccuracySec=100ms /bin/sh -c systemctl hibernate"
+    ]
+
+
+def test_sleep_now_says_so_when_the_timer_cannot_start(tmp_path):
+    host = Host(tmp_path)
+    host.stub("systemd-run", "exit 1")
+    result = host.run("sleep-now.sh", sleep_now_env(command="systemctl suspend"))
+    assert result.returncode == 1 and "sleeps" not in result.stdout

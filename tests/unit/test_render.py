@@ -245,9 +245,10 @@ def test_the_front_settings_show_up_where_they_act():
     assert "within 42 s (llama_front_hold_seconds)" in files[FRONT_CFG]
     # Retry-After: the hold, at most 30 s
     answers = lines(base_files[FRONT_CFG], "http-error") + lines(base_files[FRONT_CFG], "http-request return")
-    assert len(answers) == 2 and all("hdr Retry-After 30" in line for line in answers)
+    assert len(answers) == 3 and all("hdr Retry-After 30" in line for line in answers)
     short = front(cluster(all_data={"llama_front_hold_seconds": 5}))[FRONT_CFG]
     assert [line.rsplit("Retry-After", 1)[1].split()[0] for line in short.splitlines() if "Retry-After" in line] == [
+        "5",
         "5",
         "5",
     ]

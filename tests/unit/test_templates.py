@@ -9,18 +9,21 @@ import pytest
 
 from llama_rpc_deploy import render
 
+from llama_rpc_deploy.sleep import Nic
+
 from .helpers import IMAGE, cluster
 
 CLUSTERS = {
     "seed pair": lambda: cluster(),
     "cpu lab, two workers, no firewall on one": lambda: cluster(
         coordinator={"gpus": []},
-        workers=[{"gpus": []}, {"gpus": [], "rpc_firewall": False, "rpc_threads": 2}],
+        workers=[{"gpus": []}, {"gpus": [], "rpc_firewall": False, "rpc_threads": 2, "wol_check_nic": False}],
         all_data={
             "image_backend": "cpu",
             "llama_n_gpu_layers": 6,
             "llama_tensor_split": [1, 1],
             "llama_sleep_idle_seconds": 900,
+            "sleep_idle_seconds": 1800,
             "llama_threads": 2,
             "llama_metrics": True,
             "llama_extra_args": ["--alias", "a b; c"],
@@ -40,8 +43,12 @@ CLUSTERS = {
 }
 
 
+NIC = Nic(interface="eno1", mac="3c:7c:3f:12:34:56", broadcast="10.0.0.255", exists=True, wake_on="pumbg", ethtool=True)
+
+
 def every_file(c) -> dict[str, str]:
     out = {
+        **render.sleep_files(c, {w.name: NIC for w in c.workers}),
         **render.coordinator_files(c, IMAGE),
         **render.watchdog_files(c),
         **render.front_files(c),
@@ -56,6 +63,7 @@ def every_file(c) -> dict[str, str]:
                 **render.tunnel_files(c, w),
                 **render.worker_watchdog_files(w),
                 **render.cache_prune_files(w),
+                **render.worker_sleep_files(c, w, NIC),
             }.items()
         }
     return out

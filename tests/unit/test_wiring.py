@@ -215,3 +215,57 @@ def test_a_draft_of_another_vocabulary_is_refused_on_the_coordinator_before_any_
         prepare(tmp_path, monkeypatch, {}, extra=extra, facts=with_headers(tmp_path, "other"))
     message = refusal.value.format_message()
     assert f"(host {COORDINATOR}): the draft {DRAFT} has other token texts than the target's: expected " in message
+
+
+INTEL_NIC = ["interface eno1", "exists yes", "mac 3c:7c:3f:12:34:56", "broadcast 10.0.0.255", "ethtool yes",
+             "\tSupports Wake-on: pumbg", "\tWake-on: d"]  # fmt: skip
+SLEEPY = 'coordinator = [(coordinator[0][0], {**coordinator[0][1], "sleep_idle_seconds": 600})]\n'
+
+
+def nics(lines_of):
+    """facts with facts.WakeNic answered per worker by lines_of(host name)."""
+
+    def wrap(get_fact):
+        def read(host, fact, *args, **kwargs):
+            if fact.__name__ == "WakeNic":
+                return lines_of(host.name)
+            return get_fact(host, fact, *args, **kwargs)
+
+        return over_ssh(read)
+
+    return wrap
+
+
+def test_sleep_on_workers_checked_differently_still_order(tmp_path, monkeypatch):
+    """With sleep_idle_seconds, a worker whose NIC is checked (a .link file too) beside one that is not: one order,
+    and the coordinator's llama-sleep.service comes after llama-server's health check."""
+    state = prepare(
+        tmp_path,
+        monkeypatch,
+        {},
+        workers_data={WORKERS[2]: {"wol_check_nic": False}},
+        extra=SLEEPY,
+        facts=nics(lambda name: INTEL_NIC),
+    )
+    order = state.get_op_order()
+    names = [state.op_meta[h].names for h in order]
+    flat = [next(iter(n)) for n in names]
+    health = next(i for i, n in enumerate(flat) if "| Wait for" in n)
+    sleeper = next(i for i, n in enumerate(flat) if "(llama-sleep)" in n)
+    assert health < sleeper
+    assert any("Accept the coordinator's sleep key" in n for n in flat)
+
+
+def test_a_worker_whose_nic_cannot_wake_is_refused_before_any_change(tmp_path, monkeypatch):
+    from llama_rpc_deploy.refusal import Refusal
+
+    veth = ["interface eth0", "exists yes", "mac 02:42:ac:1e:39:0b", "broadcast 10.0.0.255", "ethtool yes"]
+    with pytest.raises(Refusal) as refusal:
+        prepare(
+            tmp_path,
+            monkeypatch,
+            {},
+            extra=SLEEPY,
+            facts=nics(lambda name: veth if name == WORKERS[1] else INTEL_NIC),
+        )
+    assert f"{WORKERS[1]}'s eth0 cannot wake on a magic packet" in refusal.value.format_message()
