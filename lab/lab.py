@@ -83,6 +83,13 @@ HOST_FLAGS = [
 ]
 LABEL = "io.llama-rpc-deploy.lab=1"
 
+# --- the two hardware edges of sleep and wake (docs/sleep.md), which a container cannot have ---
+GATEWAY = "172.30.57.1"  # this machine on the lab's network (the bridge)
+WOL_PORT = 9  # where the coordinator sends its magic packets (and the lab's hosts their freeze word)
+FREEZE_WORD = b"llama-rpc-lab-freeze"
+# sleep_command for a lab worker: instead of suspending a kernel, it asks this machine to freeze its container
+LAB_SLEEP_COMMAND = ["bash", "-c", f"echo {FREEZE_WORD.decode()} > /dev/udp/{GATEWAY}/{WOL_PORT}"]
+
 
 def log(message: str) -> None:
     print(f"lab: {message}", file=sys.stderr, flush=True)
@@ -451,6 +458,10 @@ def lab_settings(sdist: Path, workers: int, api_key: Path) -> dict:
         "rpc_threads": 1,
         "llama_health_timeout": 300,
         "llama_api_key_file": str(api_key),  # the lab runs the locked-down setup: clients need the key
+        # with sleep_idle_seconds (off here): a worker's sleep freezes its container, and its veth cannot be
+        # checked for Wake-on-LAN; wake_listener stands in for both (docs/sleep.md)
+        "sleep_command": LAB_SLEEP_COMMAND,
+        "wol_check_nic": False,
     }
 
 
@@ -605,3 +616,54 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def container_by(field: str, value: str) -> str | None:
+    """The lab container whose address (field 'ip') or MAC (field 'mac') on the lab's network is value."""
+    key = {"ip": "IPAddress", "mac": "MacAddress"}[field]
+    names = docker("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}").split()
+    for name in names:
+        have = docker("inspect", "--format", f'{{{{(index .NetworkSettings.Networks "{NETWORK}").{key}}}}}', name,
+                      check=False)  # fmt: skip
+        if have and have.lower() == value.lower():
+            return name
+    return None
+
+
+def wake_listener(stop=None, events: list | None = None) -> None:
+    """Stand in for the workers' hardware: a lab host that sends FREEZE_WORD (its sleep_command) is frozen (docker
+    pause: every process on it stops, its network stays silent, as a suspended machine's), and a magic packet
+    for a frozen host's MAC, seen on the lab's bridge, thaws it (docker unpause), as its NIC would wake it.
+    Runs until stop (a threading.Event) is set; each freeze and thaw is appended to events as (time, what, host)."""
+    import socket as _socket
+
+    sock = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+    sock.bind(("0.0.0.0", WOL_PORT))
+    sock.settimeout(0.5)
+    log(f"wake listener on UDP {WOL_PORT}: freezes a lab host on its word, thaws it on its magic packet")
+    try:
+        while stop is None or not stop.is_set():
+            try:
+                data, (source, _) = sock.recvfrom(2048)
+            except TimeoutError:
+                continue
+            if data.strip() == FREEZE_WORD:
+                name = container_by("ip", source)
+                if name:
+                    time.sleep(0.5)  # its SSH session closes first, as a real host's suspend comes after the reply
+                    docker("pause", name, check=False)
+                    log(f"{name} frozen (its sleep command)")
+                    if events is not None:
+                        events.append((time.time(), "frozen", name))
+            elif len(data) >= 102 and data[:6] == b"\xff" * 6 and data[6:12] * 16 == data[6:102]:
+                mac = ":".join(f"{b:02x}" for b in data[6:12])
+                name = container_by("mac", mac)
+                state = docker("inspect", "--format", "{{.State.Paused}}", name, check=False) if name else ""
+                if state == "true":
+                    docker("unpause", name, check=False)
+                    log(f"{name} thawed (a magic packet for {mac} from {source})")
+                    if events is not None:
+                        events.append((time.time(), "thawed", name))
+    finally:
+        sock.close()

@@ -5,6 +5,8 @@ the `command(args)` of its module: plan.py, status.py, bench.py, tune/, settings
   lab up [--workers N]     the local lab (containers that behave like hosts); writes .lab/inventory.py
   lab down                 remove everything the lab made
   lab pin | lab unpin      each lab host on its own core (for measurements) / back on all cores
+  lab wake-listener        the lab's stand-in for sleeping hardware: freezes a worker on its sleep command,
+                           thaws it on its magic packet (docs/sleep.md)
   complete [-i INVENTORY]  ask the deployed llama-server for a completion; print it and tokens/s
   bench [-i INVENTORY] [--streams 1,2,4] [--json OUT] [--png OUT] [--model LOCAL.gguf]
                            tokens/s for 1 and N parallel streams against the planner's ceiling,
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="llama-rpc", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_lab = sub.add_parser("lab")
-    p_lab.add_argument("action", choices=("up", "down", "pin", "unpin"))
+    p_lab.add_argument("action", choices=("up", "down", "pin", "unpin", "wake-listener"))
     p_lab.add_argument("--workers", type=int, default=1)
     p_complete = sub.add_parser("complete")
     p_complete.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
@@ -179,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(lab.up(workers=args.workers))
             elif args.action == "down":
                 lab.down()
+            elif args.action == "wake-listener":
+                lab.wake_listener()  # until interrupted
             else:
                 lab.pin(unpin=args.action == "unpin")
         elif args.command == "complete":
