@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -53,10 +54,21 @@ class HostStatus:
     api: str = ""  # "ok", or what went wrong
     front: dict = field(default_factory=dict)  # the front's figures (front_figures), on the coordinator
     speculation: dict = field(default_factory=dict)  # {"type", "drafted", "accepted", "drafts"} (speculation_of)
+    sleep: dict = field(default_factory=dict)  # the coordinator: llama-sleep.py's state; a worker: {"asleep", "since"}
+
+    @property
+    def asleep(self) -> bool:
+        """The workers sleep (llama-sleep.py): llama-server is stopped and the workers are not asked, on purpose."""
+        return bool(self.sleep.get("asleep_since") or self.sleep.get("asleep"))
 
     @property
     def ok(self) -> bool:
-        return all(s.state == "active" for s in self.services) and self.api in ("", "ok")
+        stopped_to_sleep = {roles.COORDINATOR_UNIT} if self.asleep else set()
+        return (
+            all(s.state == "active" or s.unit in stopped_to_sleep for s in self.services)
+            and self.api in ("", "ok", "asleep")
+            and not self.sleep.get("failed")
+        )
 
 
 def cache_bytes_command(worker: ClusterHost) -> str:
@@ -105,6 +117,8 @@ def host_script(cluster: Cluster, host: ClusterHost) -> str:
         socket = shell(f"unix-connect:{roles.FRONT_SOCKET}")
         lines.append(f"echo '== front held'; echo 'show front' | socat -t 5 stdio {socket} 2>/dev/null || true")
         lines.append(f"echo '== front stat'; echo 'show stat' | socat -t 5 stdio {socket} 2>/dev/null || true")
+        if cluster.settings["sleep_idle_seconds"]:
+            lines.append(f"echo '== sleep'; cat {shell(roles.SLEEP_STATE)} 2>/dev/null || true")
     return "\n".join(lines) + "\n"
 
 
@@ -141,6 +155,11 @@ def parse(name: str, role: str, output: str, cache_limit: int | None = None) -> 
         status.speculation = {"type": spec[-1]}
     if "front stat" in sections:
         status.front = front_figures(sections.get("front held", []), sections["front stat"])
+    if "sleep" in sections:
+        try:
+            status.sleep = json.loads("\n".join(sections["sleep"]) or "{}")
+        except ValueError:
+            status.sleep = {}
     if "log" in sections:
         report = load_report.parse("\n".join(sections["log"]))
         status.devices = {
@@ -181,10 +200,16 @@ def front_figures(held: list[str], stat: list[str]) -> dict:
 
 
 def collect(cluster: Cluster, inventory: Path) -> list[HostStatus]:
+    """Every host's status over SSH, the coordinator's first; a worker that sleeps (the coordinator's
+    llama-sleep.py says so) is not asked: it would not answer, and asking must not wake it."""
     out = []
     with ssh_runner(inventory) as run:
         for host in cluster.hosts:
             role = cluster.role(host.name)
+            slept = out[0].sleep.get("workers", {}).get(host.name, {}) if out else {}
+            if role == WORKERS and slept.get("asleep"):
+                out.append(HostStatus(name=host.name, role=role, sleep=slept))
+                continue
             try:
                 result = run(host.name, "bash -s", input=host_script(cluster, host), timeout=60)
                 output = result.stdout if result.returncode == 0 else ""
@@ -200,7 +225,7 @@ def collect(cluster: Cluster, inventory: Path) -> list[HostStatus]:
         health = client.get(cluster, "/health", timeout=10)
         coordinator.api = "ok" if health.get("status") == "ok" else f"/health says {health}"
     except Exception as error:  # refused, timed out, 503 while loading
-        coordinator.api = f"no answer ({error})"
+        coordinator.api = "asleep" if coordinator.asleep else f"no answer ({error})"
     if coordinator.api == "ok" and coordinator.speculation and not cluster.router:
         try:  # the drafted and accepted tokens since llama-server started (it serves /metrics when it speculates)
             coordinator.speculation.update(speculation.counters(client.get_text(cluster, "/metrics", timeout=10)))
@@ -209,9 +234,49 @@ def collect(cluster: Cluster, inventory: Path) -> list[HostStatus]:
     return out
 
 
+def when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+def sleep_rows(h: HostStatus) -> list[str]:
+    """The sleep's lines: a worker asleep and since when; on the coordinator the idle time, wakes in the last day,
+    the last wake's times and a failed wake's worker."""
+    s = h.sleep
+    if h.role == WORKERS:
+        return [f"  asleep since {when(s['since'])}: not asked (llama-sleep on the coordinator wakes it)"]
+    now = time.time()
+    rows = [
+        f"  sleep: the workers sleep after {s.get('idle_seconds')} s idle; "
+        + (f"asleep since {when(s['asleep_since'])}" if s.get("asleep_since") else "awake")
+        + "; "
+        + ", ".join(
+            f"{name} {'asleep' if w['asleep'] else 'awake'} since {when(w['since'])}"
+            for name, w in s.get("workers", {}).items()
+        )
+    ]
+    wakes = [t for t in s.get("wakes", []) if t > now - 86400]
+    last = s.get("last_wake")
+    line = f"  wakes in the last 24 h: {len(wakes)}"
+    if last:
+        first = last.get("first_answer_s")
+        line += (
+            f"; the last at {when(last['at'])}: every worker answered {last['hello_s']} s after the first magic "
+            f"packet, llama-server up {last['ready_s']} s"
+            + (f" and its first answer {first} s" if first is not None else "")
+            + " after the request that woke them"
+        )
+    rows.append(line)
+    if s.get("failed"):
+        rows.append(f"  LAST WAKE FAILED at {when(s['failed']['at'])}: {s['failed']['message']}")
+    return rows
+
+
 def table(hosts: list[HostStatus]) -> str:
     rows = []
     for h in hosts:
+        if h.role == WORKERS and h.asleep:
+            rows += [f"{h.name} ({h.role})", *sleep_rows(h)]
+            continue
         rows.append(
             f"{h.name} ({h.role})  backend {h.backend or '-'}  image {h.image or '-'}  "
             f"RPC protocol {h.rpc_protocol or '-'}" + (f"  API {h.api}" if h.role == COORDINATOR else "")
@@ -244,6 +309,8 @@ def table(hosts: list[HostStatus]) -> str:
                 f"{s.get('drafts', 0)} drafts since llama-server started"
                 + (f" (metrics: {s['metrics']})" if "metrics" in s else "")
             )
+        if h.sleep:
+            rows += sleep_rows(h)
         if h.front:
             f = h.front
             rows.append(

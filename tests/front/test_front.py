@@ -354,7 +354,8 @@ class Front:
         wait_until(lambda: self.server_stat()["status"] == status, timeout, f"llama-server {status} in the front")
 
     def show_front(self):
-        return {k: int(v) for k, v in (line.split() for line in self.admin("show front").splitlines() if line)}
+        pairs = (line.split(None, 1) for line in self.admin("show front").splitlines() if line)
+        return {k: int(v) if v.strip().isdigit() else v.strip() for k, v in pairs}
 
     def drain(self, word):
         return subprocess.Popen(
