@@ -237,8 +237,9 @@ class Sleeper:
             failed = self.state["failed"]
             if failed and t < failed["at"] + self.c["wake_timeout"] + self.c["retry_after"]:
                 return  # the front answers 503 meanwhile
-            if busy or activity > self.state["asleep_since"] or t < self.state["keep_awake_until"]:
-                self.wake(f.get("activity") if activity > self.state["asleep_since"] else None)
+            since = max(self.state["asleep_since"], failed["at"] if failed else 0)  # a request not answered yet
+            if busy or activity > since or t < self.state["keep_awake_until"]:
+                self.wake(f.get("activity") if activity > since else None)
             return
         if busy or t < self.state["keep_awake_until"]:
             self.last_busy = t

@@ -56,7 +56,7 @@ while True:
 class Cluster:
     """The front, the daemon, its workers and the wake listener, all in Front's scratch folder."""
 
-    def __init__(self, front: Front, wake_deaf: set[str] = frozenset()):
+    def __init__(self, front: Front, wake_deaf: set[str] = frozenset(), retry_after: int = WAKE_RETRY_AFTER):
         self.front, self.dir = front, front.dir
         self.wake_deaf = wake_deaf  # workers whose NIC ignores the magic packets
         (self.dir / "worker.py").write_text(WORKER)
@@ -77,7 +77,7 @@ class Cluster:
         config = {
             "idle_seconds": IDLE,
             "wake_timeout": WAKE_TIMEOUT,
-            "retry_after": WAKE_RETRY_AFTER,
+            "retry_after": retry_after,
             "keep_awake": 600,
             "ready_timeout": 10,
             "socket": str(front.socket),
@@ -238,3 +238,17 @@ def test_a_worker_that_does_not_wake_gets_a_clear_503_naming_it(make_cluster):
     # meanwhile, a new request is told at once, not held
     again = c.front.call(body={"tag": "again"}, timeout=10)
     assert again.status == 503 and again.took < 1, again
+
+
+def test_after_a_failed_wake_only_a_new_request_tries_again(make_cluster):
+    deaf = {"worker2"}
+    c = make_cluster(wake_deaf=deaf, retry_after=2)
+    wait_until(c.asleep, IDLE + 10, f"the workers asleep: {c.log()}")
+    assert c.front.call(body={"tag": "in vain"}, timeout=WAKE_TIMEOUT + 20).status == 503
+    packets = len(c.events)
+    time.sleep(2 + 3)  # past the retry window, nobody asking: no new wake
+    assert len(c.events) == packets, c.events[packets:]
+    deaf.clear()  # its NIC wakes now
+    answer = c.front.call(body={"tag": "later"}, timeout=WAKE_TIMEOUT + 20)
+    assert answer.status == 200, answer
+    assert c.read_state()["failed"] is None and len(c.read_state()["wakes"]) == 2
