@@ -12,7 +12,7 @@ from pyinfra.context import ctx_state
 from pyinfra_cli.inventory import _get_group_data  # imported before any test starts a thread (gevent)
 
 from llama_rpc_deploy import settings
-from llama_rpc_deploy.settings import SettingsError
+from llama_rpc_deploy.settings import BY_NAME, COORDINATOR, WORKERS, SettingsError
 from llama_rpc_deploy.userdata import group_vars, load_yaml
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -222,5 +222,6 @@ def test_every_key_and_example_is_a_known_setting_with_a_good_value(yml):
 
 
 def test_role_files_hold_their_role_settings_only():
-    assert all(k.startswith(("llama_", "image_")) for k in _examples(GROUP_DATA / "coordinator.yml"))
-    assert all(k.startswith("rpc_") for k in _examples(GROUP_DATA / "workers.yml"))
+    # the role that reads each example's value (settings.Setting.read_from): llama_*, image_* and rpc_*, sleep_mode, wol_*
+    assert all(BY_NAME[k].read_from == COORDINATOR for k in _examples(GROUP_DATA / "coordinator.yml"))
+    assert all(BY_NAME[k].read_from == WORKERS for k in _examples(GROUP_DATA / "workers.yml"))
