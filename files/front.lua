@@ -76,12 +76,12 @@ end, 3)
 
 -- llama_activity (an http-request action): this request counts for the idle clock
 core.register_action("llama_activity", { "http-req" }, function(txn)
-  activity = now_ms()
+  activity = tonumber(txn.f:date(0, "ms"))  -- the wall clock, as llama-sleep.py's (core.now() is HAProxy's own)
 end, 0)
 
 -- llama_answered (an http-response action on llama-server's backend): llama-server answered
 core.register_action("llama_answered", { "http-res" }, function(txn)
-  answered = now_ms()
+  answered = tonumber(txn.f:date(0, "ms"))
 end, 0)
 
 core.register_fetches("llama_asleep", function(txn)

@@ -37,6 +37,7 @@ import time
 CONFIG = os.environ.get("LLAMA_SLEEP_CONFIG") or os.path.splitext(os.path.abspath(__file__))[0] + ".json"
 POLL = 0.25  # seconds between two looks at the front
 PACKET_EVERY = 2.0  # seconds between two rounds of magic packets while waiting for the workers
+SLEEP_SETTLES = 15  # seconds a worker's rpc-server may go on answering after its sleep command
 DAY = 86400
 
 
@@ -51,8 +52,8 @@ def now() -> float:
 class Front:
     """HAProxy's admin socket: front.lua's `show front` and `set front ...`, and the statistics."""
 
-    def __init__(self, path: str, backend: str, server: str):
-        self.path, self.backend, self.server = path, backend, server
+    def __init__(self, path: str, backends: list[str], server: str):
+        self.path, self.backends, self.server = path, backends, server
 
     def ask(self, command: str) -> str:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -68,19 +69,21 @@ class Front:
         return b"".join(chunks).decode(errors="replace")
 
     def figures(self) -> dict:
-        """front.lua's counters (held, holding, expired, activity, answered, asleep) and llama-server's requests
-        in flight and queued (HAProxy's scur and qcur of its server line)."""
+        """front.lua's counters (held, holding, expired, activity, answered, asleep) and the requests that count at
+        llama-server, in flight and queued (HAProxy's scur and qcur of its server line in each of BACKENDS: straight
+        from the front, and released by the hold; the status paths have a backend of their own, not counted)."""
         out = {}
         for line in self.ask("show front").splitlines():
             parts = line.split(None, 1)
             if len(parts) == 2 and parts[1].strip().lstrip("-").isdigit():
                 out[parts[0]] = int(parts[1])
         out["in_flight"] = 0
-        for line in self.ask(f"show stat {self.backend} 4 -1").splitlines():
+        for line in self.ask("show stat -1 4 -1").splitlines():
             fields = line.split(",")
-            if len(fields) > 4 and fields[1] == self.server:
-                out["in_flight"] = int(fields[4] or 0) + int(fields[2] or 0)
-                out["server_up"] = fields[17].startswith("UP") if len(fields) > 17 else False
+            if len(fields) > 17 and fields[0] in self.backends and fields[1] == self.server:
+                out["in_flight"] += int(fields[4] or 0) + int(fields[2] or 0)
+                if fields[0] == self.backends[0]:
+                    out["server_up"] = fields[17].startswith("UP")
         return out
 
 
@@ -118,7 +121,7 @@ def hello(endpoint: str, timeout: float = 2.0) -> str | None:
 class Sleeper:
     def __init__(self, config: dict):
         self.c = config
-        self.front = Front(config["socket"], config["backend"], config["server"])
+        self.front = Front(config["socket"], config["backends"], config["server"])
         self.state = self.load()
         self.last_busy = now()  # the idle clock starts with the daemon
 
@@ -153,15 +156,25 @@ class Sleeper:
         self.state["asleep_since"] = began
         self.save()
         log(f"no request for {self.c['idle_seconds']} s: llama-server stops, the workers sleep")
+        self.front.ask("set front asleep 1")  # first: a status poll during the drain is answered, not held
         subprocess.run(self.c["stop_server"], check=False)
-        self.front.ask("set front asleep 1")
+        told = []
         for w in self.c["workers"]:
             done = subprocess.run(w["sleep"], capture_output=True, text=True, timeout=60, check=False)
             if done.returncode == 0:
-                self.state["workers"][w["name"]] = {"asleep": True, "since": now()}
-                log(f"{w['name']}: asleep ({done.stdout.strip() or 'its sleep command runs'})")
-            else:
+                told.append(w)
+                log(f"{w['name']}: told to sleep ({done.stdout.strip() or 'its sleep command runs'})")
+            else:  # an SSH that ends as the host suspends ends so too: the wake sends it packets all the same
                 log(f"{w['name']}: its sleep command failed ({done.returncode}): {done.stderr.strip()[-300:]}")
+        # asleep once its rpc-server stops answering (its sleep comes 2 s after the command returned): a wake before
+        # that must not count on a worker about to go
+        deadline = now() + SLEEP_SETTLES
+        for w in told:
+            while (answers := hello(w["endpoint"], timeout=1.0)) and now() < deadline:
+                time.sleep(0.5)
+            gone = not answers
+            self.state["workers"][w["name"]] = {"asleep": gone, "since": now()}
+            log(f"{w['name']}: " + ("asleep" if gone else f"still answers {SLEEP_SETTLES} s after its sleep command"))
         self.save()
 
     def wake(self, since_ms: int | None = None) -> bool:
@@ -176,10 +189,9 @@ class Sleeper:
         answered, next_packets = {}, 0.0
         log(f"waking {', '.join(n for n, s in self.state['workers'].items() if s['asleep']) or 'no worker'}")
         while pending and now() < began + self.c["wake_timeout"]:
-            if now() >= next_packets:
+            if now() >= next_packets:  # to every worker not answering yet, whatever became of its sleep command
                 for w in pending.values():
-                    if self.state["workers"][w["name"]]["asleep"]:
-                        send_magic(w["mac"], w["broadcast"], w.get("wol_port", 9))
+                    send_magic(w["mac"], w["broadcast"], w.get("wol_port", 9))
                 next_packets = now() + PACKET_EVERY
             for name, w in list(pending.items()):
                 if hello(w["endpoint"]):
@@ -202,6 +214,16 @@ class Sleeper:
         while now() < deadline and not self.front.figures().get("server_up"):
             time.sleep(0.1)
         ready = now()
+        if not self.front.figures().get("server_up"):
+            message = (
+                f"every worker woke, but llama-server was not up within {self.c['ready_timeout']} s "
+                f"(journalctl -u llama-server on the coordinator)"
+            )
+            log(message)
+            self.state["failed"] = {"at": began, "workers": [], "message": message}
+            self.save()
+            self.front.ask(f"set front wake-failed {self.c['retry_after']} {message}: retry later")
+            return False
         self.front.ask("set front asleep 0")
         self.state.update(
             asleep_since=None,
@@ -273,7 +295,7 @@ def ask_wake(config: dict) -> int:
     except (OSError, ValueError):
         was_asleep = False
     open(config["state"] + ".wake", "w").close()
-    deadline = now() + config["wake_timeout"] + 30
+    deadline = now() + config["wake_timeout"] + config["ready_timeout"] + 30
     while now() < deadline:
         time.sleep(0.5)
         if os.path.exists(config["state"] + ".wake"):
@@ -286,7 +308,7 @@ def ask_wake(config: dict) -> int:
         if state.get("asleep_since") is None:
             print("the workers slept: woken" if was_asleep else "the workers are awake")
             return 0
-    print(f"the workers did not wake within {config['wake_timeout'] + 30} s")
+    print(f"the workers did not wake within {config['wake_timeout'] + config['ready_timeout'] + 30} s")
     return 1
 
 

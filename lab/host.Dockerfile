@@ -9,7 +9,7 @@ ENV container=docker DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       systemd systemd-sysv dbus openssh-server docker.io iptables iproute2 \
-      ca-certificates curl zstd procps netcat-openbsd python3 \
+      ca-certificates curl zstd procps netcat-openbsd python3 ethtool \
  && apt-get clean && rm -rf /var/lib/apt/lists/* \
  # every lab host gets its own SSH host keys at first boot, not the image's
  && rm -f /etc/ssh/ssh_host_* \

@@ -108,6 +108,19 @@ def context_per_slot(cluster: Cluster, inventory_file: str) -> None:
         )
 
 
+def hold_outlasts_a_wake(cluster: Cluster, inventory_file: str) -> None:
+    """With sleep, the front holds the request that wakes the workers: it must hold it longer than a wake may take,
+    or the client gets the hold's 503 where the wake would have answered it (docs/sleep.md)."""
+    s, origins = cluster.settings, cluster.coordinator.origins
+    if s["sleep_idle_seconds"] and s["llama_front_hold_seconds"] <= s["sleep_wake_timeout"]:
+        raise SettingsError(
+            f"{origins['llama_front_hold_seconds']}: llama_front_hold_seconds = {s['llama_front_hold_seconds']} with "
+            f"sleep_wake_timeout = {s['sleep_wake_timeout']} ({origins['sleep_wake_timeout']}): expected more than "
+            "sleep_wake_timeout, and time for the model's load on top (the front holds the request that wakes the "
+            "workers)"
+        )
+
+
 def distinct_rpc_endpoints(cluster: Cluster, inventory_file: str) -> None:
     endpoints = [w.rpc_remote for w in cluster.workers]
     dup = sorted({e for e in endpoints if endpoints.count(e) > 1})
@@ -391,6 +404,7 @@ CHECKS = (
     workers_apart_from_the_coordinator,
     ports_apart_from_ssh,
     context_per_slot,
+    hold_outlasts_a_wake,
     distinct_rpc_endpoints,
     model_path_is_set,
     model_path_is_gguf,

@@ -56,6 +56,7 @@ from .settings import COORDINATOR, WORKERS
 
 TEMPLATES = shipped("templates")
 FRONT_BACKEND = FRONT_SERVER = "llama-server"  # llama-server's backend and server line in front.cfg
+FRONT_HELD = "held"  # the backend the hold releases requests to
 FRONT_RETRIES = 3  # replays of one request (each held while llama-server is down): few, as a request that
 # crashes llama-server itself would crash it once a replay
 FRONT_IO_TIMEOUT = 600  # seconds of silence from either side of a request (llama-server's own --timeout)
@@ -518,7 +519,7 @@ def sleep_files(cluster: Cluster, nics: dict[str, sleep.Nic]) -> dict[str, str]:
         "keep_awake": sleep.KEEP_AWAKE,
         "ready_timeout": s["llama_health_timeout"],
         "socket": FRONT_SOCKET,
-        "backend": FRONT_BACKEND,
+        "backends": [FRONT_BACKEND, FRONT_HELD],  # where requests that count reach llama-server (front.cfg.j2)
         "server": FRONT_SERVER,
         "state": SLEEP_STATE,
         "stop_server": ["systemctl", "stop", COORDINATOR_UNIT],

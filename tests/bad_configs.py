@@ -672,6 +672,14 @@ CASES = [
         (C + "sleep_idle_seconds = 5: expected None or an integer from 10 to 604800",),
     ),
     Bad(
+        "sleep-hold-shorter-than-a-wake",
+        on_coordinator('{"sleep_idle_seconds": 600, "llama_front_hold_seconds": 60, "sleep_wake_timeout": 90}'),
+        (
+            C
+            + "llama_front_hold_seconds = 60 with sleep_wake_timeout = 90 ({c}): expected more than sleep_wake_timeout",
+        ),
+    ),
+    Bad(
         "sleep-mode-typo",
         on_worker('{"sleep_mode": "standby"}'),
         (W + "sleep_mode = 'standby': expected one of 'suspend', 'hibernate', 'poweroff'",),

@@ -166,6 +166,19 @@ HOST_CASES = [
         ),
     ),
     Bad(
+        "sleep-on-a-nic-that-cannot-wake",  # the lab's veth: ethtool lists no Wake-on at all
+        on_coordinator('{"sleep_idle_seconds": 600}') + "\n" + on_worker('{"wol_check_nic": True}'),
+        (
+            "sleep_idle_seconds is set, but {wn}'s eth0 cannot wake on a magic packet (ethtool: Supports Wake-on: "
+            "nothing, 'g' needed)",
+        ),
+    ),
+    Bad(
+        "sleep-wol-interface-missing",
+        on_coordinator('{"sleep_idle_seconds": 600}') + "\n" + on_worker('{"wol_interface": "eno9"}'),
+        ("wol_interface 'eno9': {wn} has no such network interface",),
+    ),
+    Bad(
         "worker-sshd-unreachable",
         on_worker('{"transfer_ssh_port": 2}'),
         (

@@ -697,11 +697,16 @@ def test_drain_lets_requests_in_flight_finish_and_holds_new_ones_until_ready(fro
 
 
 def test_show_front_counts_the_held_requests(front):
-    assert front.show_front() == {"held": 0, "holding": 0, "expired": 0}
+    assert front.show_front() == {"held": 0, "holding": 0, "expired": 0, "activity": 0, "answered": 0, "asleep": 0}
     front.wait_status("DOWN")
+    sent = time.time()
     c = front.background(body={"tag": "counted"})
     wait_until(lambda: front.show_front()["holding"] == 1, 3, "the request held")
     front.start_llama()
     ok(c.answer(5), "counted")
     counts = front.show_front()
     assert counts["held"] >= 1 and counts["holding"] == 0 and counts["expired"] == 0, counts
+    # the idle clock's marks (docs/sleep.md), on the wall clock: its arrival, and llama-server's answer
+    assert sent - 1 < counts["activity"] / 1000 < counts["answered"] / 1000 < time.time() + 1, counts
+    front.call(method="GET", path="/health")  # a status path: no mark
+    assert front.show_front()["activity"] == counts["activity"]

@@ -81,7 +81,7 @@ class Cluster:
             "keep_awake": 600,
             "ready_timeout": 10,
             "socket": str(front.socket),
-            "backend": render.FRONT_BACKEND,
+            "backends": [render.FRONT_BACKEND, render.FRONT_HELD],
             "server": render.FRONT_SERVER,
             "state": str(self.state),
             # as llama-server.service: its stop drains the front, its start lets requests go again
@@ -184,8 +184,8 @@ def poll_status_paths(front, seconds):
 def test_status_polls_neither_keep_the_workers_awake_nor_wake_them(make_cluster):
     c = make_cluster()
     front = c.front
-    codes = poll_status_paths(front, IDLE + 4)  # polled all along: they fall asleep all the same
-    assert c.asleep(), f"still awake after {IDLE + 4} s of status polls only: {c.log()}"
+    codes = poll_status_paths(front, IDLE + 6)  # polled all along: they fall asleep all the same
+    assert c.asleep(), f"still awake after {IDLE + 6} s of status polls only: {c.log()}"
     assert 200 in codes and 503 in codes  # answered by llama-server at first, then by the front: asleep
     # asleep: the same paths are answered at once (503, 'asleep'), and nobody wakes up
     asleep_answers = [front.call(method="GET", path=p, timeout=5) for p in ("/v1/models", "/metrics", "/health")]
