@@ -182,7 +182,7 @@ class Sleeper:
         and the front lets the held requests go. False (and the front answers 503 for RETRY_AFTER s) when a
         worker did not answer within WAKE_TIMEOUT."""
         began = now()
-        asked = since_ms / 1000 if since_ms else began  # the first request that waited for this wake
+        asked = since_ms / 1000 if since_ms else None  # the first request that waited for this wake (None: a deploy's)
         self.state["wakes"].append(began)
         self.front.ask("clear front wake-failed")
         pending = {w["name"]: w for w in self.c["workers"]}
@@ -232,14 +232,14 @@ class Sleeper:
                 "at": began,
                 "workers_answered_s": answered,  # from the first magic packet
                 "hello_s": hello_s,
-                "ready_s": round(ready - asked, 2),  # from the first held request's arrival to llama-server up
+                "ready_s": round(ready - (asked or began), 2),  # from the first held request's arrival to llama-server up
                 "first_answer_s": None,  # ... to its first answer (front.lua's `answered`), filled in below
                 "asked": asked,
             },
         )
         self.last_busy = now()
         self.save()
-        log(f"awake: every rpc-server answered in {hello_s} s, llama-server up {ready - asked:.1f} s after the request")
+        log(f"awake: every rpc-server answered in {hello_s} s, llama-server up {ready - (asked or began):.1f} s later")
         return True
 
     # --- the loop ---
@@ -252,7 +252,7 @@ class Sleeper:
         busy = f.get("in_flight", 0) > 0 or f.get("holding", 0) > 0
         activity = f.get("activity", 0) / 1000
         wake = self.state.get("last_wake")
-        if wake and wake.get("first_answer_s") is None and f.get("answered", 0) / 1000 >= wake["asked"]:
+        if wake and wake.get("asked") and wake.get("first_answer_s") is None and f.get("answered", 0) / 1000 >= wake["asked"]:
             wake["first_answer_s"] = round(f["answered"] / 1000 - wake["asked"], 2)
             self.save()
         if asleep:

@@ -117,8 +117,8 @@ def host_script(cluster: Cluster, host: ClusterHost) -> str:
         socket = shell(f"unix-connect:{roles.FRONT_SOCKET}")
         lines.append(f"echo '== front held'; echo 'show front' | socat -t 5 stdio {socket} 2>/dev/null || true")
         lines.append(f"echo '== front stat'; echo 'show stat' | socat -t 5 stdio {socket} 2>/dev/null || true")
-        if cluster.settings["sleep_idle_seconds"]:
-            lines.append(f"echo '== sleep'; cat {shell(roles.SLEEP_STATE)} 2>/dev/null || true")
+        # whatever the settings say now (a deploy's --data may have set sleep_idle_seconds): llama-sleep's own word
+        lines.append(f"echo '== sleep'; cat {shell(roles.SLEEP_STATE)} 2>/dev/null || true")
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,8 @@ an earlier deploy's key line and service go."""
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
+
 from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
 from pyinfra.facts.files import File
@@ -91,7 +93,10 @@ def install_sleep(run: Run) -> None:
         left = host.get_fact(File, path=unit)
         server.shell(
             name="No sleep (sleep_idle_seconds is None): an earlier deploy's llama-sleep.service removed",
-            commands=[f"systemctl disable --now {roles.SLEEP_UNIT}; rm -f {shell(unit)} && systemctl daemon-reload"]
+            commands=[
+                f"systemctl disable --now {roles.SLEEP_UNIT}; "
+                f"rm -rf {shell(unit)} {shell(str(PurePosixPath(roles.SLEEP_STATE).parent))} && systemctl daemon-reload"
+            ]
             if left
             else [],
         )

@@ -106,7 +106,7 @@ def test_sleep_off_renders_nothing_and_adds_no_unit():
     c = cluster()
     assert render.sleep_files(c, {}) == {} and render.worker_sleep_files(c, c.workers[0], None) == {}
     assert roles.SLEEP_UNIT not in roles.coordinator(c).units
-    assert "== sleep" not in status.host_script(c, c.coordinator)
+    assert not status.parse("10.0.0.10", "coordinator", "== sleep\n").sleep  # no state file: nothing shown
 
 
 STATE = {
