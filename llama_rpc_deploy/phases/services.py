@@ -8,14 +8,22 @@ import os
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.files import File
 from pyinfra.operations import files, server, systemd
 
 from .. import operations, render, roles, tunnel
 from ..cluster import SERVICE_USER
-from ..quoting import shell
 from ..run import Run
-from .shared import Started, debian_packages, front_drain, health_probe, put_all, ready_probe, service, wait_for_health
+from .shared import (
+    Started,
+    debian_packages,
+    front_drain,
+    health_probe,
+    put_all,
+    ready_probe,
+    removed_if_left,
+    service,
+    wait_for_health,
+)
 
 
 def install_tunnel(run: Run, me) -> None:
@@ -27,15 +35,12 @@ def install_tunnel(run: Run, me) -> None:
     rendered = render.tunnel_files(cluster, me)
     config, unit = f"{me.settings['deploy_dir']}/{roles.TUNNEL_CONFIG}", f"{roles.UNIT_DIR}/{roles.TUNNEL_UNIT}"
     if not rendered:
-        left = host.get_fact(File, path=unit)
-        server.shell(
-            name="No RPC tunnel (rpc_transport: plain): one left by an earlier deploy removed",
-            commands=[
-                f"systemctl disable --now {roles.TUNNEL_UNIT}; rm -rf {shell(roles.TUNNEL_DIR)} "
-                f"{shell(config)} {shell(unit)} && systemctl daemon-reload"
-            ]
-            if left
-            else [],
+        removed_if_left(
+            "No RPC tunnel (rpc_transport: plain): one left by an earlier deploy removed",
+            roles.TUNNEL_UNIT,
+            roles.TUNNEL_DIR,
+            config,
+            unit,
         )
         return
     debian_packages("The tunnel's package", roles.TUNNEL_PACKAGES)

@@ -10,11 +10,11 @@ from io import StringIO
 
 from pyinfra import host
 from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.files import Sha1File
+from pyinfra.facts.files import File, Sha1File
 from pyinfra.operations import apt, files, server, systemd
 
 from .. import client, render, roles
-from ..quoting import shell
+from ..quoting import shell, shell_line
 from ..run import Run
 
 
@@ -85,6 +85,18 @@ def service(name: str, unit: str, files_ops: list, **arguments) -> Started:
         name=name, service=unit, running=None if restarts else True, enabled=None if restarts else True, **arguments
     )
     return Started(restart, ensure, restarts)
+
+
+def removed_if_left(name: str, unit: str, *paths: str):
+    """A unit an earlier deploy installed and this one does not want: stopped, disabled, and removed with paths (its
+    unit file among them). The operation exists on every host; it has commands only where the unit file is left."""
+    left = host.get_fact(File, path=f"{roles.UNIT_DIR}/{unit}")
+    return server.shell(
+        name=name,
+        commands=[f"systemctl disable --now {unit}; rm -rf {shell_line(*paths)} && systemctl daemon-reload"]
+        if left
+        else [],
+    )
 
 
 def debian_packages(what: str, packages: tuple[str, ...]):

@@ -6,11 +6,8 @@ an earlier deploy's key line and service go."""
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
-
 from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
-from pyinfra.facts.files import File
 from pyinfra.operations import files, server
 
 from .. import facts, operations, render, roles, sleep
@@ -19,7 +16,7 @@ from ..refusal import refuse
 from ..remote import SLEEP_KEY_COMMENT, sleep_key
 from ..run import Run
 from ..settings import COORDINATOR
-from .shared import put_all, service
+from .shared import put_all, removed_if_left, service
 
 
 def nic(cluster, worker) -> sleep.Nic:
@@ -90,15 +87,11 @@ def install_sleep(run: Run) -> None:
     s = cluster.settings
     unit = f"{roles.UNIT_DIR}/{roles.SLEEP_UNIT}"
     if not s["sleep_idle_seconds"]:
-        left = host.get_fact(File, path=unit)
-        server.shell(
-            name="No sleep (sleep_idle_seconds is None): an earlier deploy's llama-sleep.service removed",
-            commands=[
-                f"systemctl disable --now {roles.SLEEP_UNIT}; "
-                f"rm -rf {shell(unit)} {shell(str(PurePosixPath(roles.SLEEP_STATE).parent))} && systemctl daemon-reload"
-            ]
-            if left
-            else [],
+        removed_if_left(
+            "No sleep (sleep_idle_seconds is None): an earlier deploy's llama-sleep.service removed",
+            roles.SLEEP_UNIT,
+            unit,
+            roles.SLEEP_STATE_DIR,
         )
         return
     key = operations.secret_file(
