@@ -14,11 +14,10 @@ from __future__ import annotations
 from .paths import shipped
 
 import ipaddress
+import json
 from pathlib import PurePosixPath
 
 import jinja2
-
-import json
 
 from . import programs, quoting, sleep, speculation, tunnel
 from .roles import (

@@ -770,7 +770,7 @@ SETTINGS: tuple[Setting, ...] = (
     S(
         "wol_broadcast",
         None,
-        _optional(Check("an IPv4 address (a broadcast address, like 192.168.1.255)", lambda v: _ipv4(v))),
+        _optional(Check("an IPv4 address (a broadcast address, like 192.168.1.255)", _ipv4)),
         "Where the coordinator sends the magic packets (UDP port 9). None: the broadcast address of the "
         "worker's network, read on the worker at deploy time.",
         "rpc",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .loading import inventory_file, offline_cluster
 from .programs import SLEEPER
-from .quoting import shell
+from .quoting import shell, shell_line
 from .refusal import refuse
 from .remote import ssh_runner
 from .roles import SLEEP_UNIT
@@ -98,7 +98,7 @@ def nic_problem(worker, nic: Nic) -> str | None:
 def sleep_line(worker) -> str:
     """The shell line sleep-now.sh runs on the worker: sleep_command's words, or sleep_mode's systemctl."""
     command = worker.settings["sleep_command"]
-    return " ".join(shell(w) for w in command) if command else SLEEP_COMMANDS[worker.settings["sleep_mode"]]
+    return shell_line(*command) if command else SLEEP_COMMANDS[worker.settings["sleep_mode"]]
 
 
 def wake_for_deploy(argv: list[str] = sys.argv) -> None:
