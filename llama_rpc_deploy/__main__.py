@@ -1,5 +1,5 @@
 """llama-rpc COMMAND, or python -m llama_rpc_deploy COMMAND   (this module only dispatches: each command is
-the `command(args)` of its module: plan.py, status.py, bench.py, tune/, settings.py; `complete` is client.py's;
+the `command(args)` of its module: plan.py, probe.py, status.py, bench.py, tune/, settings.py; `complete` is client.py's;
 `lab` and `testmodel` are lab/'s, in the checkout)
 
   lab up [--workers N]     the local lab (containers that behave like hosts); writes .lab/inventory.py
@@ -12,9 +12,12 @@ the `command(args)` of its module: plan.py, status.py, bench.py, tune/, settings
                            tokens/s for 1 and N parallel streams against the planner's ceiling,
                            time to first token after idle sleep; a table, JSON, a PNG plot
   plan [-i INVENTORY | --gpus GPU...] [--model LOCAL.gguf] [--mmproj LOCAL.gguf] [--draft LOCAL.gguf] [--data KEY=VALUE]
-       [--acceptance A]    the capacity planner, offline: per device layers, weights, KV cache, free memory;
+       [--acceptance A] [--probe]
+                           the capacity planner, offline: per device layers, weights, KV cache, free memory;
                            the tokens/s ceiling (and with speculation, at acceptance A); exits 2 when something
-                           does not fit
+                           does not fit; --probe learns the cards of hosts without gpus over SSH first (as the deploy)
+  probe [-i INVENTORY]     read-only, over SSH: each host's cards (name, memory MiB, compute capability), system,
+                           NIC (speed, link); the inventory lines to paste; exits 1 when a host does not answer
   status [-i INVENTORY] [--json]  every host's services, restarts and their cause, image, RPC protocol,
                            tensor cache, GPU memory; the load report per device; whether the API answers;
                            exits 1 when something is wrong
@@ -119,6 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         help="plan without an inventory: the coordinator's GPU, then one per worker "
         '(e.g. --gpus "RTX 4080" "RTX 5060 Ti 16GB"; names from llama_rpc_deploy/gpus.py)',
     )
+    p_plan.add_argument(
+        "--probe",
+        action="store_true",
+        help="learn the cards of the hosts whose gpus are not set from the hosts themselves, over SSH (as the deploy does)",
+    )
+    p_probe = sub.add_parser("probe")
+    p_probe.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
     p_status = sub.add_parser("status")
     p_status.add_argument("-i", "--inventory", type=Path, default=Path("inventory.py"))
     p_status.add_argument("--json", action="store_true", help="the same, as JSON")
@@ -193,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
             return bench.command(args)
         elif args.command == "plan":
             return plan.command(args)
+        elif args.command == "probe":
+            from . import probe
+
+            return probe.command(args)
         elif args.command == "status":
             from . import status
 

@@ -1,4 +1,5 @@
-"""The cluster as the deploy sees it, from settings alone (no host is touched).
+"""The cluster as the deploy sees it, from settings alone (no host is touched; a host's GPUs that its settings do
+not list are learned from it when the deploy connects: ClusterHost.gpus_from).
 
 Who is the coordinator and who are the workers, each host's checked settings and GPUs, the RPC
 endpoints, and the order of the devices: every worker's devices first, the coordinator's own GPUs
@@ -35,6 +36,16 @@ class ClusterHost:
     # (Vulkan0, last), as a card would be. Set by cluster_checks.checked_cluster(); a worker that takes vulkan
     # from the coordinator serves its CPU.
     software_vulkan: bool = False
+    # where gpus came from: "settings" (the inventory or group_data listed them), "host" (learned from the host:
+    # nvidia-smi, vulkaninfo), "backend" (image_backend 'cpu': none to learn), or None: not known yet (gpus None, the
+    # default: learned when the deploy connects, phases/checks.learn_gpus; until then gpus is () and every value
+    # derived from it is the CPU device's, which the checks that depend on it know: cluster_checks.LEARNED_CHECKS)
+    gpus_from: str | None = "settings"
+
+    @property
+    def gpus_known(self) -> bool:
+        """Whether gpus is what the host has or was told (False: to be learned from the host, gpus_from None)."""
+        return self.gpus_from is not None
 
     @property
     def address(self) -> str:
@@ -106,6 +117,11 @@ class Cluster:
     @property
     def hosts(self) -> tuple[ClusterHost, ...]:
         return (self.coordinator, *self.workers)
+
+    @property
+    def unlearned(self) -> list[ClusterHost]:
+        """The hosts whose GPUs are not known yet (gpus None, learned when the deploy connects)."""
+        return [h for h in self.hosts if not h.gpus_known]
 
     @property
     def rpc_endpoints(self) -> list[str]:
@@ -266,13 +282,20 @@ def folder_models(files: list[str]) -> list[str]:
 def cluster_host(name: str, scopes: list[Scope]) -> ClusterHost:
     values, origins = resolve(scopes)
     gpus = []
-    for entry in values["gpus"]:
+    for entry in values["gpus"] or ():
         try:
             gpus.append(lookup(entry))
         except ValueError as err:
             raise SettingsError(f"{origins['gpus']}: gpus = {values['gpus']!r}: {err}") from None
     ssh_port = next((scope.data["ssh_port"] for scope in scopes if "ssh_port" in scope.data), 22)
-    return ClusterHost(name=name, settings=values, gpus=tuple(gpus), origins=origins, ssh_port=ssh_port)
+    return ClusterHost(
+        name=name,
+        settings=values,
+        gpus=tuple(gpus),
+        origins=origins,
+        ssh_port=ssh_port,
+        gpus_from=None if values["gpus"] is None else "settings",
+    )
 
 
 # --- values derived from the settings ---

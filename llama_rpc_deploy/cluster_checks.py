@@ -12,7 +12,7 @@ import re
 from dataclasses import replace
 
 from .cluster import Cluster, ClusterHost, allowed_clients, api_key, cuda_architectures, is_wide
-from . import paths, speculation, tunnel
+from . import gpus, paths, speculation, tunnel
 from .settings import PLACEHOLDER, PORT, QUANTIZED_CACHE_TYPES, SettingsError, is_host_name
 
 # The first CUDA release that can build for a compute capability (newer cards need newer CUDA).
@@ -201,7 +201,10 @@ def server_port_apart_from_the_api(cluster: Cluster, inventory_file: str) -> Non
 
 
 def one_share_per_device(cluster: Cluster, inventory_file: str) -> None:
+    """A share of llama_tensor_split per device (with a host's GPUs still to learn: once they are, LEARNED_CHECKS)."""
     split = cluster.settings["llama_tensor_split"]
+    if cluster.unlearned:
+        return
     if isinstance(split, (list, tuple)) and len(split) != len(cluster.devices):
         raise SettingsError(
             f"{cluster.coordinator.origins['llama_tensor_split']}: llama_tensor_split = {list(split)!r}: expected "
@@ -210,7 +213,11 @@ def one_share_per_device(cluster: Cluster, inventory_file: str) -> None:
 
 
 def speculation_is_consistent(cluster: Cluster, inventory_file: str) -> None:
-    """The speculative settings, read alone (speculation.settings_problem); the files are checked on the coordinator."""
+    """The speculative settings, read alone (speculation.settings_problem); the files are checked on the coordinator.
+    With a host's GPUs still to learn, the cluster's devices are not known: llama_spec_draft_device is checked once
+    they are (LEARNED_CHECKS), the rest now."""
+    if cluster.unlearned and cluster.settings[speculation.DEVICE_KEY] is not None:
+        cluster = cluster.with_setting(speculation.DEVICE_KEY, None)
     problem = speculation.settings_problem(cluster)
     if problem:
         raise SettingsError(problem)
@@ -221,13 +228,20 @@ def _cuda_version(image: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
+def gpus_where(h: ClusterHost) -> str:
+    """Where a host's gpus came from, for a message: 'FILE: gpus = [...]', or, learned, the tool that listed them."""
+    if h.gpus_from == "host":
+        return f"{h.name}: gpus (not set; {LEARN_FROM[h.backend]} on the host lists) = {[g.name for g in h.gpus]!r}"
+    return f"{h.origins['gpus']}: gpus = {h.settings['gpus']!r}"
+
+
 def gpus_match_backend(cluster: Cluster, inventory_file: str) -> None:
     """Each host's GPUs are of its backend: NVIDIA cards on cuda, AMD and Intel cards on vulkan, none on cpu."""
     for h in cluster.hosts:
         for gpu in h.gpus:
             if gpu.backend != h.backend:
                 raise SettingsError(
-                    f"{h.origins['gpus']}: gpus = {h.settings['gpus']!r} on {h.name}, whose image_backend is "
+                    f"{gpus_where(h)} on {h.name}, whose image_backend is "
                     f"{h.backend!r} (from {h.origins['image_backend']}): {gpu.name} is a card of "
                     f"{gpu.vendor}: expected image_backend = {gpu.backend!r} on that host"
                 )
@@ -271,12 +285,16 @@ def cuda_can_build_every_gpu(cluster: Cluster, inventory_file: str) -> None:
     if not cuda_hosts:
         return
     archs = cuda_architectures(cluster)
+    if not archs and any(not h.gpus_known for h in cuda_hosts):
+        return  # the cards are learned from the hosts when the deploy connects: checked then (LEARNED_CHECKS)
     if not archs:
         first = cuda_hosts[0]
+        learned = [h.name for h in cuda_hosts if h.gpus_from == "host"]
         raise SettingsError(
             f"{first.origins['image_backend']}: image_backend = 'cuda' but no host lists gpus "
-            f"(cuda: {', '.join(h.name for h in cuda_hosts)}): expected gpus on at least one of "
-            "them (e.g. gpus = ['RTX 4080']), or image_backend = 'cpu'"
+            f"(cuda: {', '.join(h.name for h in cuda_hosts)}"
+            + (f"; nvidia-smi lists no card on {', '.join(learned)}" if learned else "")
+            + "): expected gpus on at least one of them (e.g. gpus = ['RTX 4080']), or image_backend = 'cpu'"
         )
     version = _cuda_version(s["image_build_image"])
     for arch in archs.split(";"):
@@ -430,6 +448,14 @@ CHECKS = (
 # What only a deploy needs: plan is arithmetic, and plans an unedited checkout (--model names the file).
 DEPLOY_ONLY = (model_path_is_set, no_example_addresses)
 
+# The checks that read the hosts' GPUs (the devices, the CUDA architectures, each card's vendor): before connecting
+# they check what is known and leave a host whose gpus are to be learned for later; with_learned runs them again
+# once the cards are known (on the cluster, and the first two on each model of llama_models).
+LEARNED_CHECKS = (one_share_per_device, speculation_is_consistent, gpus_match_backend, cuda_can_build_every_gpu)
+LEARNED_MODEL_CHECKS = (one_share_per_device, speculation_is_consistent)
+# what a host's cards are learned from, by image_backend (a cpu host has none to learn)
+LEARN_FROM = {"cuda": "nvidia-smi", "vulkan": "vulkaninfo"}
+
 
 def _backend_from(host: ClusterHost, backend: str, origin: str) -> ClusterHost:
     """host with image_backend set: its own, or else backend (the coordinator's, which was set at origin)."""
@@ -438,6 +464,38 @@ def _backend_from(host: ClusterHost, backend: str, origin: str) -> ClusterHost:
     return replace(
         host, settings={**host.settings, "image_backend": backend}, origins={**host.origins, "image_backend": origin}
     )
+
+
+def nothing_to_learn(h: ClusterHost) -> ClusterHost:
+    """A cpu host whose gpus are not set has none: nothing to learn."""
+    return h if h.gpus_known or h.backend in LEARN_FROM else replace(h, gpus_from="backend")
+
+
+def with_learned(cluster: Cluster, found: dict, inventory_file: str = "inventory.py") -> Cluster:
+    """The cluster with the cards each host still to learn reported (found: host name -> [gpus.Found], from
+    LEARN_FROM[its backend]), then LEARNED_CHECKS. A host that reported none has none (its CPU device; on a host that
+    set image_backend 'vulkan' itself, lavapipe, as with gpus = []). Hosts whose gpus are set are left as they are:
+    what the inventory says wins."""
+    learned = {
+        h.name: replace(
+            h,
+            gpus=tuple(gpus.learned(f) for f in found.get(h.name, [])),
+            gpus_from="host",
+            software_vulkan=h.software_vulkan and not found.get(h.name),
+        )
+        for h in cluster.unlearned
+    }
+    cluster = replace(
+        cluster,
+        coordinator=learned.get(cluster.coordinator.name, cluster.coordinator),
+        workers=tuple(learned.get(w.name, w) for w in cluster.workers),
+    )
+    for check in LEARNED_CHECKS:
+        check(cluster, inventory_file)
+    for name in cluster.served_models():
+        for check in LEARNED_MODEL_CHECKS:
+            check(cluster.for_model(name), inventory_file)
+    return cluster
 
 
 def checked_cluster(
@@ -457,6 +515,7 @@ def checked_cluster(
     first = coordinators[0].settings["rpc_tunnel_local_port"]  # each tunnelled worker's end on the coordinator
     workers = [lavapipe(w) for w in workers]
     workers = [_backend_from(w, coordinators[0].backend, coordinators[0].origins["image_backend"]) for w in workers]
+    coordinators, workers = [nothing_to_learn(h) for h in coordinators], [nothing_to_learn(w) for w in workers]
     workers = [replace(w, tunnel_end=first + i) if w.tunnelled else w for i, w in enumerate(workers)]
     cluster = Cluster(coordinator=coordinators[0], workers=tuple(workers))
     skip = () if deploying else DEPLOY_ONLY

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import gpus
 from .quoting import shell
 
 from pyinfra.api import FactBase
@@ -131,21 +132,14 @@ class GgufHeader(FactBase):
 
 
 class NvidiaGpus(FactBase):
-    """The host's NVIDIA GPUs as nvidia-smi lists them: [(name, memory in MiB)]; [] without nvidia-smi."""
+    """The host's NVIDIA GPUs as nvidia-smi lists them: [gpus.Found] (name, memory in MiB, compute capability);
+    [] without nvidia-smi."""
 
     def command(self) -> str:
-        return (
-            "command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total "
-            "--format=csv,noheader,nounits 2>/dev/null || true"
-        )
+        return f"command -v nvidia-smi >/dev/null && {gpus.nvidia_smi_query()} 2>/dev/null || true"
 
-    def process(self, output: list[str]) -> list[tuple[str, int]]:
-        gpus = []
-        for line in output:
-            name, _, memory = line.rpartition(",")
-            if name.strip() and memory.strip().isdigit():
-                gpus.append((name.strip(), int(memory)))
-        return gpus
+    def process(self, output: list[str]) -> list[gpus.Found]:
+        return gpus.parse_nvidia_smi(output)
 
 
 class WakeNic(FactBase):
@@ -174,3 +168,14 @@ class WakeNic(FactBase):
 
     def process(self, output: list[str]) -> list[str]:
         return [line for line in output if line.strip()]
+
+
+class VulkanGpus(FactBase):
+    """The host's AMD and Intel (or other) GPUs as `vulkaninfo --summary` lists them: [gpus.Found] (its device name,
+    no memory; gpus.parse_vulkaninfo says which devices count); [] without vulkaninfo."""
+
+    def command(self) -> str:
+        return "command -v vulkaninfo >/dev/null && vulkaninfo --summary 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> list[gpus.Found]:
+        return gpus.parse_vulkaninfo(output)

@@ -2,7 +2,8 @@
 
 A host's `gpus` setting names cards from this table, e.g. gpus = ["RTX 4080"], or
 gives a dict for a card that is not here: {"name": "...", "cuda_arch": "89", "vram_mib": 16376, "bandwidth_gbs": 717}
-for an NVIDIA card, {"name": "...", "vendor": "amd", "vram_mib": 16368, "bandwidth_gbs": 640} for another.
+for an NVIDIA card, {"name": "...", "vendor": "amd", "vram_mib": 16368, "bandwidth_gbs": 640} for another (a dict
+without bandwidth_gbs gets ASSUMED_BANDWIDTH_GBS's figure).
 NVIDIA cards run on image_backend cuda; AMD and Intel cards on image_backend vulkan (llama.cpp names them
 Vulkan0, Vulkan1, ... on their host).
 
@@ -10,6 +11,12 @@ Memory is in MiB as CUDA reports it (nvidia-smi --query-gpu=memory.total): a "16
 than 16384. When a host has nvidia-smi, the deploy uses the figure it reports instead of this table's.
 AMD and Intel cards: the size of the card's device-local memory heap (vulkaninfo), which RADV and ANV
 report as the whole card.
+
+A host whose `gpus` is not set (None) has its cards learned from the host itself (phases/checks.learn_gpus in the
+deploy, probe.py for `llama-rpc probe` and `plan --probe`): parse_nvidia_smi and parse_vulkaninfo read what the host
+says (Found), and learned() makes each card a Gpu: a card of this table (table_entry matches names flexibly: nvidia-smi
+says "NVIDIA GeForce RTX 4080") takes the table's bandwidth, the host's memory and compute capability; a card that is
+not here gets what the host said, and ASSUMED_BANDWIDTH_GBS for its vendor (see there).
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ class Gpu:
     vram_mib: int  # total memory as CUDA reports it
     bandwidth_gbs: float  # memory bandwidth, GB/s
     vendor: str = "nvidia"  # nvidia, amd or intel
+    # learned from a host and not in the table: bandwidth_gbs is ASSUMED_BANDWIDTH_GBS's, not the card's
+    bandwidth_assumed: bool = False
 
     @property
     def backend(self) -> str:
@@ -69,6 +78,7 @@ ALIASES = {
     "rtx 3060": "rtx 3060 12gb",
     "a4000": "rtx a4000",
     "a6000": "rtx a6000",
+    "arc a770": "arc a770 16gb",
 }
 
 
@@ -109,6 +119,8 @@ def lookup(entry: str | dict) -> Gpu:
                 f"GPU {entry!r}: cuda_arch = {gpu.cuda_arch!r}: expected a compute capability "
                 "without the dot, such as '89'"
             )
+        if "bandwidth_gbs" not in entry:  # the planner divides by it (0 failed there): assumed, as for a learned card
+            return Gpu(gpu.name, gpu.cuda_arch, int(gpu.vram_mib), ASSUMED_BANDWIDTH_GBS[vendor], vendor, True)
         return Gpu(gpu.name, gpu.cuda_arch, int(gpu.vram_mib), float(gpu.bandwidth_gbs), vendor)
     key = str(entry).strip().lower()
     key = ALIASES.get(key, key)
@@ -119,3 +131,151 @@ def lookup(entry: str | dict) -> Gpu:
             "(NVIDIA) or name and vendor"
         )
     return KNOWN_GPUS[key]
+
+
+# --- cards learned from the host ---
+
+# A learned card that is not in the table: its bandwidth is not something nvidia-smi or vulkaninfo report. The planner
+# needs one (the tokens/s ceiling, and how 'auto' weighs the card), so it assumes the lowest figure of the table's
+# cards of that vendor: a floor for the cards people split models over, which understates most of them (the ceiling
+# is then low, not high, and 'auto' gives the card fewer layers than it could take). The deploy warns when it assumes
+# it; a `gpus` dict with bandwidth_gbs from the card's datasheet replaces it.
+ASSUMED_BANDWIDTH_GBS = {
+    vendor: min(g.bandwidth_gbs for g in KNOWN_GPUS.values() if g.vendor == vendor) for vendor in VENDORS
+}
+# vulkaninfo's vendorID: the PCI vendor
+VULKAN_VENDORS = {"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel"}
+# A learned card is the table's when their names match and the memory the host reports is within this share of the
+# table's (nvidia-smi names the 8 GB and 12 GB RTX 3060 alike; their bandwidth differs).
+MEMORY_TOLERANCE = 0.1
+
+
+@dataclass(frozen=True)
+class Found:
+    """A card as its host reports it: nvidia-smi's name, memory (MiB, as CUDA reports it) and compute capability
+    ("8.9"), or vulkaninfo's device name (no memory: 0, no compute capability: "")."""
+
+    name: str
+    vram_mib: int
+    compute_cap: str
+    vendor: str = "nvidia"
+
+    @property
+    def cuda_arch(self) -> str:
+        """The compute capability without the dot: "89" for 8.9, "120" for 12.0; "" where none was reported."""
+        return self.compute_cap.replace(".", "") if re.fullmatch(r"\d+\.\d+", self.compute_cap) else ""
+
+
+def nvidia_smi_query() -> str:
+    """The command that lists a host's NVIDIA cards for parse_nvidia_smi (facts.NvidiaGpus and probe.py run it)."""
+    return "nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits"
+
+
+def parse_nvidia_smi(lines: list[str]) -> list[Found]:
+    """nvidia-smi_query()'s answer, a card a line ("NVIDIA GeForce RTX 4080, 16376, 8.9"); other lines (an error,
+    "[N/A]" memory) are left out. The name may hold commas: the last two fields are memory and capability."""
+    found = []
+    for line in lines:
+        parts = [p.strip() for p in line.rsplit(",", 2)]
+        if len(parts) == 3 and parts[0] and parts[1].isdigit() and re.fullmatch(r"\d+\.\d+", parts[2]):
+            found.append(Found(parts[0], int(parts[1]), parts[2]))
+    return found
+
+
+def parse_vulkaninfo(lines: list[str]) -> list[Found]:
+    """`vulkaninfo --summary`'s devices (its "GPU0:" blocks of "key = value" lines): the discrete GPUs, or the
+    integrated ones when there is no discrete one (as ggml-vulkan picks them by default); CPU devices (Mesa's
+    lavapipe) and other types are left out, and so are vendors other than NVIDIA, AMD and Intel. The summary reports
+    no memory: vram_mib is 0 (learned() takes the table's figure for a card it knows)."""
+    devices, current = [], None
+    for line in lines:
+        if re.fullmatch(r"GPU\d+:", line.strip()):
+            current = {}
+            devices.append(current)
+        elif current is not None and "=" in line:
+            key, _, value = line.partition("=")
+            current[key.strip()] = value.strip()
+        elif current is not None and line.strip() and not line.startswith((" ", "\t")):
+            current = None  # the next section
+    kept = {}
+    for kind in ("DISCRETE_GPU", "INTEGRATED_GPU"):
+        kept[kind] = [
+            Found(d["deviceName"], 0, "", VULKAN_VENDORS[d.get("vendorID", "").lower()])
+            for d in devices
+            if d.get("deviceType", "").endswith(kind)
+            and d.get("deviceName")
+            and d.get("vendorID", "").lower() in VULKAN_VENDORS
+        ]
+    return kept["DISCRETE_GPU"] or kept["INTEGRATED_GPU"]
+
+
+def _plain_name(name: str) -> str:
+    """A card's name as the table keys it: lower case, without the vendor's words, trademarks and a driver's
+    "(RADV NAVI31)" ("NVIDIA GeForce RTX 4080" -> "rtx 4080", "Intel(R) Arc(tm) A770 Graphics (DG2)" -> "arc a770")."""
+    name = re.sub(r"\((r|tm)\)", "", name.lower())
+    name = re.sub(r"\s*\([^)]*\)\s*$", "", name)
+    words = [w for w in name.split() if w not in ("nvidia", "geforce", "amd", "radeon", "intel", "graphics")]
+    return " ".join(words)
+
+
+def table_entry(found: Found) -> Gpu | None:
+    """The table's card that a learned one is: the same name (flexibly, _plain_name; ALIASES) of the same vendor,
+    and, where the host reports memory, within MEMORY_TOLERANCE of the table's; None when the table has no such card."""
+    key = _plain_name(found.name)
+    gpu = KNOWN_GPUS.get(ALIASES.get(key, key))
+    if gpu is None or gpu.vendor != found.vendor:
+        return None
+    if found.vram_mib and abs(found.vram_mib - gpu.vram_mib) > MEMORY_TOLERANCE * gpu.vram_mib:
+        return None
+    return gpu
+
+
+def learned(found: Found) -> Gpu:
+    """The Gpu of a card its host reported: the table's card (its name and bandwidth) with the memory and compute
+    capability the host reported; or, for a card not in the table, what the host said, with the vendor's
+    ASSUMED_BANDWIDTH_GBS (bandwidth_assumed)."""
+    known = table_entry(found)
+    if known is not None:
+        return Gpu(
+            known.name,
+            (found.cuda_arch or known.cuda_arch) if known.vendor == "nvidia" else "",
+            found.vram_mib or known.vram_mib,
+            known.bandwidth_gbs,
+            known.vendor,
+        )
+    return Gpu(
+        found.name,
+        found.cuda_arch if found.vendor == "nvidia" else "",
+        found.vram_mib,
+        ASSUMED_BANDWIDTH_GBS[found.vendor],
+        found.vendor,
+        bandwidth_assumed=True,
+    )
+
+
+def inventory_entry(gpu: Gpu) -> str | dict:
+    """What the inventory's `gpus` would list for a learned card: its table name, or a dict of what the host said
+    (bandwidth_gbs left for the user to add from the card's datasheet: the host does not report it)."""
+    if not gpu.bandwidth_assumed:
+        return gpu.name
+    entry: dict = {"name": gpu.name}
+    if gpu.vendor == "nvidia":
+        entry["cuda_arch"] = gpu.cuda_arch
+    else:
+        entry["vendor"] = gpu.vendor
+    if gpu.vram_mib:
+        entry["vram_mib"] = gpu.vram_mib
+    return entry
+
+
+def mismatch(listed: tuple[Gpu, ...], found: list[Found], tool: str) -> str:
+    """How the cards an inventory lists differ from those the host reports (tool: what reported them), in words;
+    "" when they agree (the same number, and each listed card the table's entry of the found one, or of its name)."""
+    have = [learned(f) for f in found]
+    if len(have) == len(listed) and all(
+        gpu.name.lower() == h.name.lower() or _plain_name(gpu.name) == _plain_name(h.name)
+        for gpu, h in zip(listed, have)
+    ):
+        return ""
+    names = lambda gpus: ", ".join(g.name for g in gpus) or "none"  # noqa: E731
+    return f"gpus lists {len(listed)} ({names(listed)}), {tool} reports {len(have)} ({names(have)})"

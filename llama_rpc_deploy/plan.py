@@ -744,6 +744,22 @@ def command(args) -> int:
         inventory = gpus_inventory(args.gpus, Path(tmp)) if args.gpus else args.inventory
         # offline arithmetic: an unedited checkout plans (the deploy still refuses what it must)
         cluster = offline_cluster(inventory, overrides=data_overrides(args.data), deploying=False)
+    if getattr(args, "probe", False):
+        if args.gpus:
+            print(
+                "error: --probe learns the inventory's hosts' cards: expected -i INVENTORY, not --gpus", file=sys.stderr
+            )
+            return 2
+        from . import probe  # over SSH, as the deploy would learn them
+
+        cluster = probe.learned_cluster(cluster, args.inventory)
+    elif cluster.unlearned:
+        names = ", ".join(h.name for h in cluster.unlearned)
+        print(
+            f"note: {names}: gpus not set: planned as a CPU device (the deploy learns the cards from the host; "
+            "plan --probe learns them now, over SSH)",
+            file=sys.stderr,
+        )
     try:
         no_example_addresses(cluster, str(args.inventory))
     except SettingsError as error:

@@ -381,13 +381,16 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     S(
         "gpus",
-        [],
+        None,
         Check(
-            "a list of GPU names from llama_rpc_deploy/gpus.py, or dicts with name and cuda_arch",
-            lambda v: isinstance(v, (list, tuple)),
+            "None, or a list of GPU names from llama_rpc_deploy/gpus.py, or dicts with name and cuda_arch",
+            lambda v: v is None or isinstance(v, (list, tuple)),
         ),
         "This host's GPUs, e.g. ['RTX 4080'] (NVIDIA: image_backend cuda) or ['RX 7900 XTX'] (AMD, Intel: "
-        "image_backend vulkan). Empty: a CPU-only host (exposes one CPU device).",
+        "image_backend vulkan). None: learned from the host when the deploy connects (nvidia-smi on a cuda host, "
+        "vulkaninfo on a vulkan one; none on a cpu one); `llama-rpc probe` prints what it finds, as lines to paste. "
+        "Set, it wins over what the host has (a difference is a warning). Empty: a CPU-only host (exposes one CPU "
+        "device).",
         "hardware",
     ),
     S(

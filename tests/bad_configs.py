@@ -186,8 +186,9 @@ CASES = [
         (C + "image_cuda_architectures = 'sm_89': expected None or compute capabilities",),
     ),
     Bad(
-        "cuda-without-gpus",
-        on_coordinator('{"image_backend": "cuda"}'),
+        "cuda-without-gpus",  # gpus = [] on every host: unset, they are learned when the deploy connects
+        on_coordinator('{"image_backend": "cuda", "gpus": []}')
+        + '\nworkers = [(_n, {**_d, "gpus": []}) for _n, _d in workers]',  # (the _: not pyinfra groups)
         (C + "image_backend = 'cuda' but no host lists gpus",),
     ),
     Bad(

@@ -60,6 +60,7 @@ def fake_facts(changed: dict[str, set[str]], header: bytes, header_size: int, ru
             facts.MissingCommands: [],
             facts.DockerRuntimes: list(runtimes),
             facts.NvidiaGpus: [],
+            facts.VulkanGpus: [],
             facts.TcpListener: None,
             facts.TcpReachable: True,
             facts.GgufFiles: [],

@@ -1,4 +1,5 @@
-"""Before any change: stop when a host lacks what the deploy needs; then settle the Cluster every later phase reads
+"""Before any change: learn the cards of the hosts whose gpus are not set (learn_gpus); stop when a host lacks what
+the deploy needs; then settle the Cluster every later phase reads
 (the models of llama_models_folder, the planner's split) from the coordinator's model files, and stop when a model
 does not fit. Each refusal is one line (refusal.refuse), read from facts only: nothing has changed yet."""
 
@@ -10,15 +11,57 @@ from pathlib import PurePosixPath
 from pyinfra import host, inventory, logger
 from pyinfra.facts.files import Directory, File
 
-from .. import facts, gguf_header, plan, speculation
+from .. import facts, gguf_header, gpus, image, plan, speculation
 from ..cluster import SERVICE_USER, wide_clients
+from ..cluster_checks import LEARN_FROM, with_learned
+from ..loading import inventory_file
 from ..refusal import refuse
 from ..settings import COORDINATOR, WORKERS, SettingsError
 from ..run import Run
 
 
+# the fact that lists a host's cards, by image_backend (cluster_checks.LEARN_FROM names the tool)
+GPU_FACTS = {"cuda": facts.NvidiaGpus, "vulkan": facts.VulkanGpus}
+
+
+def learn_gpus(run: Run) -> None:
+    """The cards of every host whose gpus are not set, from the host itself (nvidia-smi on a cuda host, vulkaninfo on
+    a vulkan one: GPU_FACTS), into the deployment every later step reads (its Cluster, and the images' tags, which
+    hold the CUDA architectures); then the checks that wait for them (cluster_checks.with_learned). Every host's first
+    step calls it, and it reads every host's fact (inventory.get_host(name).get_fact): pyinfra loads deploy.py for
+    every host at once, a greenlet each that yields on each fact read, so no host goes past it before the cards are
+    known, whichever host's greenlet gets there first. A host without the tool learns none (a CPU device)."""
+    cluster = run.deployment.cluster
+    if not cluster.unlearned:
+        return  # nothing to learn, or another host's step learned it
+    found = {h.name: inventory.get_host(h.name).get_fact(GPU_FACTS[h.backend]) for h in cluster.unlearned}
+    if not run.deployment.cluster.unlearned:
+        return  # another host's step learned it while this one read the facts
+    try:
+        learned = with_learned(cluster, found, inventory_file())
+    except SettingsError as error:
+        refuse(str(error))
+    for h in cluster.unlearned:
+        cards = learned.host(h.name).gpus
+        logger.info(
+            f"{h.name}: gpus not set: {LEARN_FROM[h.backend]} lists "
+            + (", ".join(f"{g.name} ({g.vram_mib or '?'} MiB)" for g in cards) or "no card: a CPU device")
+        )
+        for g in cards:
+            if g.bandwidth_assumed:
+                logger.warning(
+                    f"{h.name}: {g.name} is not in llama_rpc_deploy/gpus.py: the planner assumes "
+                    f"{g.bandwidth_gbs:g} GB/s of memory bandwidth (a floor: the ceiling and the 'auto' split "
+                    f"understate it): set gpus = [{gpus.inventory_entry(g)!r}] with its bandwidth_gbs"
+                )
+    # (the deployment's one change before settle: run.settle is the coordinator's, after every host's checks)
+    run.deployment = replace(run.deployment, cluster=learned, images=image.tags(learned, run.deployment.source))
+
+
 def host_is_ready(run: Run) -> None:
-    """Commands, the NVIDIA runtime, free ports, reachable workers."""
+    """The cards of hosts that list none (learn_gpus); commands, the NVIDIA runtime, free ports, reachable workers;
+    a warning where the host's cards differ from those the inventory lists."""
+    learn_gpus(run)
     cluster = run.deployment.cluster
     role = cluster.role(host.name)
     me = cluster.host(host.name)
@@ -29,25 +72,28 @@ def host_is_ready(run: Run) -> None:
     missing = host.get_fact(facts.MissingCommands, names=needed)
     if missing:
         refuse(f"{host.name}: {', '.join(missing)} not found: install them first (Docker Engine, zstd, iptables)")
+    listed = (
+        f"gpus = {s['gpus']!r} ({me.origins['gpus']})"
+        if me.gpus_from == "settings"
+        else f"gpus not set and {LEARN_FROM.get(me.backend)} lists {', '.join(g.name for g in me.gpus)}"
+    )
     if me.gpus and me.backend == "cuda" and "nvidia" not in host.get_fact(facts.DockerRuntimes):
         refuse(
-            f"{host.name}: image_backend = 'cuda' ({me.origins['image_backend']}) and gpus = "
-            f"{s['gpus']!r} ({me.origins['gpus']}) but Docker has no nvidia runtime: expected the NVIDIA "
-            "Container Toolkit (nvidia-ctk runtime configure --runtime=docker)"
+            f"{host.name}: image_backend = 'cuda' ({me.origins['image_backend']}) and {listed} but Docker has no "
+            "nvidia runtime: expected the NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker)"
         )
     if me.gpus and me.backend == "vulkan" and not host.get_fact(facts.RenderNodes):
         refuse(
-            f"{host.name}: image_backend = 'vulkan' ({me.origins['image_backend']}) and gpus = "
-            f"{s['gpus']!r} ({me.origins['gpus']}) but no Vulkan device: no /dev/dri/renderD* on the "
-            "host: expected the GPU's kernel driver loaded (amdgpu, i915, xe), or gpus = [] for the "
-            "CPU's Vulkan device (lavapipe)"
+            f"{host.name}: image_backend = 'vulkan' ({me.origins['image_backend']}) and {listed} but no Vulkan "
+            "device: no /dev/dri/renderD* on the host: expected the GPU's kernel driver loaded (amdgpu, i915, xe), "
+            "or gpus = [] for the CPU's Vulkan device (lavapipe)"
         )
-    found = host.get_fact(facts.NvidiaGpus) if me.backend == "cuda" else None  # an unused NVIDIA card elsewhere
-    if found and len(found) != len(me.gpus):
-        logger.warning(
-            f"{host.name}: nvidia-smi lists {len(found)} GPUs ({', '.join(n for n, _ in found)}), "
-            f"gpus lists {len(me.gpus)}: the plan and the device order follow gpus"
-        )
+    if me.gpus_from == "settings" and me.backend in GPU_FACTS:  # what the inventory says wins; a difference warns
+        difference = gpus.mismatch(me.gpus, host.get_fact(GPU_FACTS[me.backend]), LEARN_FROM[me.backend])
+        if difference:
+            logger.warning(
+                f"{host.name}: {difference} ({me.origins['gpus']}): the plan and the device order follow gpus"
+            )
     # the ports and what may hold them: ours, or (llama_port, on an upgrade from before the front) llama-server
     ports = (
         {
@@ -178,7 +224,7 @@ def model_fits(cluster, name: str | None) -> plan.CapacityPlan:
             refuse(f"{cluster.coordinator.origins[key]}: {key} = {path!r}: {error}")
     # each card's memory as its host's nvidia-smi reports it, where it does
     reported = {
-        h.name: [mib for _, mib in inventory.get_host(h.name).get_fact(facts.NvidiaGpus)]
+        h.name: [found.vram_mib for found in inventory.get_host(h.name).get_fact(facts.NvidiaGpus)]
         for h in cluster.hosts
         if h.gpus and h.backend == "cuda"
     }

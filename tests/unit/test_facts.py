@@ -3,13 +3,18 @@
 import base64
 import gzip
 
+from llama_rpc_deploy.gpus import Found
 from llama_rpc_deploy.facts import DockerImageId, GgufHeader, MissingCommands, NvidiaGpus, SshHostKey, TcpListener
 
 
 def test_nvidia_smi_csv():
-    out = ["NVIDIA GeForce RTX 4080, 16376", "NVIDIA GeForce RTX 5060 Ti, 16311"]
-    assert NvidiaGpus().process(out) == [("NVIDIA GeForce RTX 4080", 16376), ("NVIDIA GeForce RTX 5060 Ti", 16311)]
+    out = ["NVIDIA GeForce RTX 4080, 16376, 8.9", "NVIDIA GeForce RTX 5060 Ti, 15848, 12.0"]
+    assert NvidiaGpus().process(out) == [
+        Found("NVIDIA GeForce RTX 4080", 16376, "8.9"),
+        Found("NVIDIA GeForce RTX 5060 Ti", 15848, "12.0"),
+    ]
     assert NvidiaGpus().process([]) == []
+    assert "--query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits" in NvidiaGpus().command()
 
 
 def test_image_id_and_host_key():
