@@ -5,6 +5,8 @@
 The lines at the end are the whole deploy, in order: each step runs on the hosts of the roles it names
 (the inventory's groups coordinator and workers); a barrier makes every host finish what comes before
 it before any host goes on. The steps live in llama_rpc_deploy/phases/:
+  prepare   each host gets what it lacks (host_prepare): the system checked, the distribution's packages, Docker
+            running; for NVIDIA cards the driver checked, the NVIDIA Container Toolkit and Docker's nvidia runtime
   checks    every setting (config.py, before connecting), then what each host has; then the Cluster is
             settled from the coordinator's model files (settle: the planner's split, the folder's models,
             a model that does not fit refused), before anything changes; no step below changes it
@@ -20,7 +22,7 @@ it before any host goes on. The steps live in llama_rpc_deploy/phases/:
 
 from pyinfra import host, inventory, state
 
-from llama_rpc_deploy.phases import build, checks, rollback, services, sleep
+from llama_rpc_deploy.phases import build, checks, prepare, rollback, services, sleep
 from llama_rpc_deploy.phases.shared import barrier
 from llama_rpc_deploy.run import Run
 from llama_rpc_deploy import settings
@@ -43,6 +45,7 @@ def on(roles, step):
 
 
 if role is not None:
+    on(EVERY, prepare.prepare_host)  # first: what the host lacks (host_prepare; facts are read before it installs)
     on(EVERY, checks.host_is_ready)
     on(EVERY, sleep.can_sleep)  # sleep_idle_seconds: each worker's NIC can wake it
     on(COORDINATOR, checks.settle)  # the Cluster from the coordinator's model files, once; workers read none of it

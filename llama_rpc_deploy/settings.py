@@ -400,6 +400,16 @@ SETTINGS: tuple[Setting, ...] = (
         "Address the other hosts use to reach this one. None: the inventory name.",
         "hardware",
     ),
+    S(
+        "host_prepare",
+        True,
+        BOOL,
+        "True: the deploy's first phase installs what this host lacks (Docker Engine, zstd, iptables, python3; "
+        "for NVIDIA cards the NVIDIA Container Toolkit and Docker's nvidia runtime; for Vulkan cards Mesa's "
+        "drivers) on Debian 12/13 or Ubuntu 22.04/24.04 (docs/prepare.md). False: you prepare the host yourself; "
+        "the deploy only checks it.",
+        "hardware",
+    ),
     # --- the model and llama-server (coordinator) ---
     S(
         "llama_model_path",

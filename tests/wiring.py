@@ -19,7 +19,7 @@ from pyinfra.facts import files as file_facts
 from pyinfra.facts import server as server_facts
 from pyinfra.facts import systemd as systemd_facts
 
-from llama_rpc_deploy import facts, roles
+from llama_rpc_deploy import facts, roles, systems
 from llama_rpc_deploy.paths import PROJECT
 
 IMAGE_ID = "sha256:" + "1" * 64
@@ -69,11 +69,16 @@ def fake_facts(changed: dict[str, set[str]], header: bytes, header_size: int, ru
             facts.DockerImageId: IMAGE_ID,
             facts.DockerImageLayers: [],
             facts.GgufHeader: (header_size, header[: kwargs.get("limit", len(header))]),
+            systems.OsRelease: {"ID": "debian", "VERSION_ID": "12", "PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)"},
+            systems.DisplayVendors: [],
+            systems.NvidiaDriver: True,
+            systems.DockerDaemonRuntimes: list(runtimes),
         }
         if fact in answers:
             return answers[fact]
         if fact is deb_facts.DebPackages:
-            return {"haproxy": ["2.6.12-1+deb12u4"], "socat": ["1.7.4.4-2"]}
+            prepared = systems.BASE_PACKAGES + ("docker.io", systems.NVIDIA_TOOLKIT)  # what the prepare phase installs
+            return {"haproxy": ["2.6.12-1+deb12u4"], "socat": ["1.7.4.4-2"], **{p: ["1"] for p in prepared}}
         if fact in (file_facts.Sha1File, file_facts.Sha256File):
             differs = changed is EVERY_FILE or path in changed.get(host.name, ())
             return "0" * 40 if differs else Unchanged("same")
@@ -84,7 +89,7 @@ def fake_facts(changed: dict[str, set[str]], header: bytes, header_size: int, ru
         if fact is file_facts.FindInFile:
             return ["present"]
         if fact in (systemd_facts.SystemdStatus, systemd_facts.SystemdEnabled):
-            return {unit: True for unit in UNITS}
+            return {unit: True for unit in (*UNITS, "docker.service")}
         if fact is server_facts.Users:
             return {
                 "llama-rpc": {

@@ -12,6 +12,7 @@ from pyinfra import host, inventory, logger
 from pyinfra.facts.files import Directory, File
 
 from .. import facts, gguf_header, gpus, image, plan, speculation
+from . import prepare
 from ..cluster import SERVICE_USER, wide_clients
 from ..cluster_checks import LEARN_FROM, with_learned
 from ..loading import inventory_file
@@ -69,7 +70,7 @@ def host_is_ready(run: Run) -> None:
     needed = ("docker", "zstd", "systemctl", "bash") + (
         ("iptables", "iptables-restore") if role == WORKERS and s["rpc_firewall"] else ()
     )
-    missing = host.get_fact(facts.MissingCommands, names=needed)
+    missing = prepare.lacks(me, needed)  # what the prepare phase, which ran first, does not install
     if missing:
         refuse(f"{host.name}: {', '.join(missing)} not found: install them first (Docker Engine, zstd, iptables)")
     listed = (
@@ -77,7 +78,8 @@ def host_is_ready(run: Run) -> None:
         if me.gpus_from == "settings"
         else f"gpus not set and {LEARN_FROM.get(me.backend)} lists {', '.join(g.name for g in me.gpus)}"
     )
-    if me.gpus and me.backend == "cuda" and "nvidia" not in host.get_fact(facts.DockerRuntimes):
+    prepared = prepare.is_prepared(me)  # it set up Docker's nvidia runtime, or refused a host without a driver
+    if me.gpus and me.backend == "cuda" and not prepared and "nvidia" not in host.get_fact(facts.DockerRuntimes):
         refuse(
             f"{host.name}: image_backend = 'cuda' ({me.origins['image_backend']}) and {listed} but Docker has no "
             "nvidia runtime: expected the NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker)"

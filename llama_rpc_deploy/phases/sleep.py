@@ -16,6 +16,7 @@ from ..refusal import refuse
 from ..remote import SLEEP_KEY_COMMENT, sleep_key
 from ..run import Run
 from ..settings import COORDINATOR
+from . import prepare
 from .shared import put_all, removed_if_left, service
 
 
@@ -34,7 +35,7 @@ def can_sleep(run: Run) -> None:
         return
     me = cluster.host(host.name)
     if cluster.role(host.name) == COORDINATOR:
-        if host.get_fact(facts.MissingCommands, names=("python3", "ssh")):
+        if prepare.lacks(me, ("python3", "ssh")):
             refuse(
                 f"{host.name}: sleep_idle_seconds is set ({me.origins.get('sleep_idle_seconds', 'group_data')}) but "
                 "python3 or ssh is missing there: llama-sleep.py needs both (apt-get install python3 openssh-client)"

@@ -118,11 +118,40 @@ def test_a_host_that_lacks_a_command_is_refused_once_with_our_line(tmp_path, mon
     CLI, exit 1, llama_rpc_deploy/refusal.py), no traceback from gevent's hub."""
     from llama_rpc_deploy.refusal import Refusal
 
+    unprepared = 'for _, data in coordinator + workers:\n    data["host_prepare"] = False\n'  # checks only
     with pytest.raises(Refusal) as refusal:
-        prepare(tmp_path, monkeypatch, {}, facts=lambda get_fact: over_ssh(get_fact, refused=(who, "zstd")))
+        prepare(
+            tmp_path,
+            monkeypatch,
+            {},
+            extra=unprepared,
+            facts=lambda get_fact: over_ssh(get_fact, refused=(who, "zstd")),
+        )
     assert refusal.value.format_message() == (
         f"{who}: zstd not found: install them first (Docker Engine, zstd, iptables)"
     )
+
+
+def test_a_command_the_prepare_phase_installs_is_not_refused(tmp_path, monkeypatch):
+    """host_prepare (the default): the checks read their facts before the prepare phase installs anything, so a host
+    without docker is not refused: its first operation installs Debian 12's docker.io. The others have a Docker not
+    from Debian (docker-ce: no docker.io package), which is left alone."""
+    from pyinfra.facts.deb import DebPackages
+
+    def docker_ce_but_one(get_fact):
+        def read(host, fact, *args, **kwargs):
+            found = over_ssh(get_fact, refused=(WORKERS[1], "docker"))(host, fact, *args, **kwargs)
+            return {p: v for p, v in found.items() if p != "docker.io"} if fact is DebPackages else found
+
+        return read
+
+    state = prepare(tmp_path, monkeypatch, {}, facts=docker_ce_but_one)
+    first = {state.inventory.get_host(h).op_hash_order[0] for h in (COORDINATOR, *WORKERS)}
+    assert len(first) == 1  # the same operation first on every host: the packages (each host's own list)
+    assert {n.rsplit(": ", 1)[1] for n in state.op_meta[first.pop()].names} == {
+        "zstd, iptables, python3, ca-certificates, curl, iproute2, docker.io",  # the host without Docker
+        "zstd, iptables, python3, ca-certificates, curl, iproute2",  # docker-ce's hosts
+    }
 
 
 def test_an_extra_group_reads_the_same_in_the_deploy_and_the_commands(tmp_path, monkeypatch):
