@@ -17,6 +17,7 @@ from ..cluster import SERVICE_USER
 from ..remote import TRANSFER_KEY_COMMENT
 from ..quoting import shell
 from ..run import Run
+from . import prepare
 from .shared import put
 
 
@@ -94,6 +95,7 @@ def build_image(run: Run):
         python.call(
             name=f"Build {tag} (minutes the first time; progress every {PROGRESS_SECONDS} s)",
             function=build_with_progress,
+            tag=tag,
             build_dir=build_dir,
             log_dir=f"{dep.cluster.settings['state_dir']}/logs",
             command=f"DOCKER_BUILDKIT=1 docker build --progress=plain {args} --tag {tag} .",
@@ -114,10 +116,15 @@ PROGRESS_SECONDS = 30
 FIRST_LOOK_SECONDS = 5  # the first look at a build: one that is done by then says nothing before "built in"
 
 
-def build_with_progress(build_dir: str, log_dir: str, command: str, every: float = PROGRESS_SECONDS) -> None:
+def build_with_progress(tag: str, build_dir: str, log_dir: str, command: str, every: float = PROGRESS_SECONDS) -> None:
     """docker build in build_dir, in the background on the coordinator, its latest step shown every so often
     (a first build takes minutes), its log kept in log_dir (the latest: build.log); fails with the log's end
-    when the build does. A build still running from a deploy that was killed is waited for (flock), not raced."""
+    when the build does. A build still running from a deploy that was killed is waited for (flock), not raced.
+    The image is looked for again first: the fact that scheduled the build was read before the prepare phase
+    installed Docker, and Docker's first start may have brought it (the lab's stand-in for a registry does)."""
+    if host.run_shell_command(f"docker image inspect {shell(tag)} >/dev/null 2>&1")[0]:
+        logger.info(f"    [{host.name}] {tag} is there already: not built")
+        return
     token = time.strftime("build-%Y%m%dT%H%M%S", time.gmtime())
     log, rc = shell(f"{log_dir}/{token}.log"), shell(f"{log_dir}/{token}.rc")
     start = (
@@ -156,7 +163,7 @@ def distribute_image(run: Run):
 
     # the layer filter needs python3 on the coordinator; without it every layer is sent
     skip_layers = f"{dep.cluster.settings['deploy_dir']}/{roles.SKIP_LAYERS}"
-    if host.get_fact(facts.MissingCommands, names=("python3",)):
+    if prepare.lacks(run.deployment.cluster.host(host.name), ("python3",)):
         logger.warning(f"{host.name}: no python3: every image layer goes to the workers, not only those they lack")
         skip_layers = None
     else:
