@@ -465,8 +465,17 @@ def lab_settings(sdist: Path, workers: int, api_key: Path) -> dict:
     }
 
 
-def write_inventory(workers: int, key: Path, known_hosts: Path, settings: dict) -> Path:
-    """The lab's inventory: each host gets the lab's settings that its role reads (settings.Setting.read_from)."""
+def write_inventory(
+    workers: int,
+    key: Path,
+    known_hosts: Path,
+    settings: dict,
+    addresses: list[str] | None = None,
+    path: Path | None = None,
+) -> Path:
+    """The lab's inventory: each host gets the lab's settings that its role reads (settings.Setting.read_from).
+    addresses: the coordinator's, then each worker's (the lab's own by default); path: where (.lab/inventory.py)."""
+    addresses = addresses or [ip_of(i) for i in range(workers + 1)]
     ssh = {
         "ssh_user": "root",
         "ssh_port": 22,
@@ -485,13 +494,13 @@ SSH = {ssh!r}
 LAB_COORDINATOR = {pprint.pformat(by_role["coordinator"], sort_dicts=False)}
 LAB_WORKER = {pprint.pformat(by_role["workers"], sort_dicts=False)}
 
-coordinator = [("{ip_of(0)}", {{**SSH, **LAB_COORDINATOR}})]
+coordinator = [("{addresses[0]}", {{**SSH, **LAB_COORDINATOR}})]
 workers = [
 '''
     for i in range(1, workers + 1):
-        text += f'    ("{ip_of(i)}", {{**SSH, **LAB_WORKER}}),\n'
+        text += f'    ("{addresses[i]}", {{**SSH, **LAB_WORKER}}),\n'
     text += "]\n"
-    path = LAB_DIR / "inventory.py"
+    path = path or LAB_DIR / "inventory.py"
     path.write_text(text)
     return path
 
