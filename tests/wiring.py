@@ -130,7 +130,10 @@ def prepare(inventory_file: Path, get_fact, transfer_key: Path) -> State:
         os.chdir(PROJECT)
         stack.callback(os.chdir, cwd)
         state = State(check_for_changes=True)
-        config = Config()
+        # one PARALLEL for every run in this process (pyinfra derives it from the inventory's size otherwise): a run
+        # refused in one host's greenlet can leave its Config in pyinfra's context for the next run's other hosts,
+        # whose operations would then differ in `_parallel` ("Cannot have different values for `_parallel`")
+        config = Config(PARALLEL=16)
         with ctx_state.use(state), ctx_config.use(config):
             inventory = make_inventory(str(inventory_file), cwd=str(PROJECT))
             with ctx_inventory.use(inventory):
