@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-import time
 from pathlib import Path
 
 from . import lab
@@ -80,48 +79,6 @@ def down(version: str) -> None:
         lab.docker("volume", "rm", "--force", f"{container}-docker", check=False)
 
 
-def _start(container: str, address: str, version: str) -> None:
-    name = container.removeprefix(f"{lab.PREFIX}-")
-    lab.docker(
-        "run",
-        "-d",
-        "--name",
-        container,
-        "--hostname",
-        name,
-        "--label",
-        lab.LABEL,
-        "--network",
-        lab.NETWORK,
-        "--ip",
-        address,
-        *lab.HOST_FLAGS,
-        "-v",
-        f"{container}-docker:/var/lib/docker",
-        image(version),
-    )
-
-
-def _wait_sshd(container: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        probe = subprocess.run(
-            [
-                "docker",
-                "exec",
-                container,
-                "sh",
-                "-c",
-                "systemctl is-active --quiet ssh && test -s /etc/ssh/ssh_host_ed25519_key.pub",
-            ],
-            capture_output=True,
-        )
-        if probe.returncode == 0:
-            return
-        time.sleep(1)
-    raise RuntimeError(f"{container}: sshd not up within {timeout:.0f} s")
-
-
 def _leave_images(container: str, name: str, save: list[str]) -> None:
     """`save` (a docker save command, on this machine or in a lab host) into the bare host's IMAGES_DIR/name.tar."""
     producer = subprocess.Popen(save, stdout=subprocess.PIPE)
@@ -158,9 +115,9 @@ def up(version: str, images: bool = True) -> Path:
     names, ips = containers(version), addresses(version)
     lines = []
     for container, address in zip(names, ips):
-        _start(container, address, version)
+        lab.start_host(container, container.removeprefix(f"{lab.PREFIX}-"), address, image(version))
     for container, address in zip(names, ips):
-        _wait_sshd(container)
+        lab.wait_ready(container, dockerd=False)  # there is no Docker yet
         lab.authorize(container, key)
         lines.append(lab.host_key_line(container, address))
     known_hosts = lab.LAB_DIR / f"bare-{version}-known_hosts"

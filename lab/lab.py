@@ -316,7 +316,14 @@ def ensure_host(index: int, name: str) -> str:
         if docker("inspect", "--format", "{{.State.Running}}", container) != "true":
             docker("start", container)
         return container
-    args = [
+    start_host(container, name, ip_of(index), HOST_IMAGE)
+    return container
+
+
+def start_host(container: str, name: str, ip: str, image: str) -> None:
+    """A lab host's container from image: systemd as PID 1 (HOST_FLAGS), on the lab's network at ip, its
+    /var/lib/docker on a volume of its own (overlay2 does not work on the container's own overlay)."""
+    docker(
         "run",
         "-d",
         "--name",
@@ -328,17 +335,16 @@ def ensure_host(index: int, name: str) -> str:
         "--network",
         NETWORK,
         "--ip",
-        ip_of(index),
+        ip,
         *HOST_FLAGS,
         "-v",
         f"{container}-docker:/var/lib/docker",
-    ]
-    docker(*args, HOST_IMAGE)
-    return container
+        image,
+    )
 
 
-def wait_ready(container: str, timeout: float = 120) -> None:
-    """systemd up, sshd and dockerd answering."""
+def wait_ready(container: str, timeout: float = 120, dockerd: bool = True) -> None:
+    """systemd up, sshd and (dockerd True) dockerd answering."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         probe = subprocess.run(
@@ -348,7 +354,8 @@ def wait_ready(container: str, timeout: float = 120) -> None:
                 container,
                 "sh",
                 "-c",
-                "systemctl is-active --quiet ssh docker && test -s /etc/ssh/ssh_host_ed25519_key.pub && docker info >/dev/null 2>&1",
+                "systemctl is-active --quiet ssh && test -s /etc/ssh/ssh_host_ed25519_key.pub"
+                + (" && systemctl is-active --quiet docker && docker info >/dev/null 2>&1" if dockerd else ""),
             ],
             capture_output=True,
         )
@@ -356,7 +363,7 @@ def wait_ready(container: str, timeout: float = 120) -> None:
             return
         time.sleep(1)
     raise RuntimeError(
-        f"{container}: sshd and dockerd not up within {timeout:.0f} s (docker exec {container} systemctl --failed)"
+        f"{container}: sshd{' and dockerd' if dockerd else ''} not up within {timeout:.0f} s (docker exec {container} systemctl --failed)"
     )
 
 

@@ -24,6 +24,7 @@ from .cluster_checks import with_learned
 from .loading import offline_cluster
 from .quoting import shell
 from .remote import ssh_runner
+from .status import answer_parts
 
 TIMEOUT = 60  # seconds a host has to answer
 
@@ -75,14 +76,7 @@ def host_script(peer: str) -> str:
 
 
 def parse(name: str, role: str, output: str) -> HostProbe:
-    sections: dict[str, list[str]] = {}
-    current = None
-    for line in output.splitlines():
-        if line.startswith("== "):
-            current = line[3:]
-            sections[current] = []
-        elif current is not None:
-            sections[current].append(line)
+    sections = answer_parts(output)
     nic = dict(line.split(" ", 1) for line in sections.get("nic", []) if " " in line)
     speed = nic.get("speed", "").strip()
     return HostProbe(

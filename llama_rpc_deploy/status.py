@@ -122,15 +122,21 @@ def host_script(cluster: Cluster, host: ClusterHost) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse(name: str, role: str, output: str, cache_limit: int | None = None) -> HostStatus:
-    sections: dict[str, list[str]] = {}
+def answer_parts(output: str) -> dict[str, list[str]]:
+    """A host's answer to a script of `echo '== NAME'; command` parts: each part's lines by its name."""
+    found: dict[str, list[str]] = {}
     current = None
     for line in output.splitlines():
         if line.startswith("== "):
             current = line[3:]
-            sections[current] = []
+            found[current] = []
         elif current is not None:
-            sections[current].append(line)
+            found[current].append(line)
+    return found
+
+
+def parse(name: str, role: str, output: str, cache_limit: int | None = None) -> HostStatus:
+    sections = answer_parts(output)
     status = HostStatus(name=name, role=role, cache_limit_bytes=cache_limit)
     unit = roles.SERVER_UNIT[role]
     for key, value in sections.items():

@@ -26,9 +26,9 @@ WORKERS = 2  # one coordinator and two workers: the deploy must handle more than
 INVENTORY = lab.LAB_DIR / "inventory.py"
 
 
-def pyinfra(*args: str, timeout: int = 3000) -> subprocess.CompletedProcess:
+def pyinfra(*args: str, timeout: int = 3000, inventory=INVENTORY) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["pyinfra", "-y", *args, str(INVENTORY), "deploy.py"],
+        ["pyinfra", "-y", *args, str(inventory), "deploy.py"],
         cwd=PROJECT,
         capture_output=True,
         text=True,

@@ -17,21 +17,14 @@ import pytest
 from lab import bare
 from lab.testmodel import SENTENCE
 from llama_rpc_deploy.loading import offline_cluster
-from llama_rpc_deploy.paths import PROJECT
 
-from .lab_helpers import api, chat, needs_docker
+from .lab_helpers import api, chat, needs_docker, pyinfra
 
 pytestmark = needs_docker
 
 
-def deploy(inventory, *args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["pyinfra", "-y", *args, str(inventory), "deploy.py"],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def deploy(inventory, *args: str) -> subprocess.CompletedProcess:
+    return pyinfra(*args, timeout=1500, inventory=inventory)
 
 
 def on(version: str, role: int, command: str) -> subprocess.CompletedProcess:

@@ -53,9 +53,9 @@ def stand_in_on_worker2():
         lab.run_on("worker2", f"rm -f {STAND_IN}", check=False)
 
 
-def probe() -> subprocess.CompletedProcess:
+def probe(inventory=INVENTORY) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "llama_rpc_deploy", "probe", "-i", str(INVENTORY)],
+        [sys.executable, "-m", "llama_rpc_deploy", "probe", "-i", str(inventory)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -116,14 +116,7 @@ def test_probe_says_which_host_does_not_answer(tmp_path):
     hosts = lab_hosts()
     broken = tmp_path / "inventory.py"
     broken.write_text(text + '\nworkers = [(workers[0][0], {**workers[0][1], "ssh_port": 1})] + workers[1:]\n')
-    result = subprocess.run(
-        [sys.executable, "-m", "llama_rpc_deploy", "probe", "-i", str(broken)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    result = probe(broken)
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(f"error: probe: {hosts['worker1']} (workers): no answer over SSH")
