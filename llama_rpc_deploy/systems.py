@@ -49,11 +49,12 @@ SYSTEMS = {
 SUPPORTED = "Debian 12 or 13, Ubuntu 22.04 or 24.04"
 
 # What every host needs besides Docker: the image's transfer (zstd), the worker's firewall (iptables), llama-sleep
-# (python3), HTTPS downloads (ca-certificates, curl), the port checks and the wake's NIC (iproute2: ss, ip).
-BASE_PACKAGES = ("zstd", "iptables", "python3", "ca-certificates", "curl", "iproute2")
+# (python3), HTTPS downloads (ca-certificates, curl), the port checks and the wake's NIC (iproute2: ss, ip; ethtool).
+BASE_PACKAGES = ("zstd", "iptables", "python3", "ca-certificates", "curl", "iproute2", "ethtool")
 # For NVIDIA's repository: its key is checked with gpg
 NVIDIA_TOOLKIT_PACKAGES = ("gpg",)
-# A Vulkan card: Mesa's drivers and the loader on the host (the image has its own), and vulkaninfo
+# A Vulkan card: Mesa's drivers and the loader on the host (the image has its own), and vulkaninfo. The render
+# node's group reaches the container by its number (render.py: --group-add), so no group is made here.
 VULKAN_PACKAGES = ("mesa-vulkan-drivers", "libvulkan1", "vulkan-tools")
 
 NVIDIA_KEY_URL = "https://nvidia.github.io/libnvidia-container/gpgkey"
@@ -86,20 +87,22 @@ def system_of(release: dict[str, str], host: str) -> System:
 
 
 def key_command() -> str:
-    """Download NVIDIA's repository key, check its fingerprint against the pinned one, and only then install it as
-    the repository's keyring (dearmored). Any mismatch stops with both fingerprints and installs nothing."""
+    """Download NVIDIA's repository key file, import it into a keyring of its own, and install as the repository's
+    keyring the pinned key alone, exported by its fingerprint: a file without it stops with the fingerprints it had
+    and installs nothing; another key beside it in the file is not trusted."""
     return "\n".join(
         (
             "set -euo pipefail",
             "tmp=$(mktemp -d); trap 'rm -rf \"$tmp\"' EXIT",
             'export GNUPGHOME="$tmp/gnupg"; mkdir -m 700 "$GNUPGHOME"',
             f'curl -fsSL --retry 3 --connect-timeout 20 -o "$tmp/key" {shell(NVIDIA_KEY_URL)}',
-            'fingerprint=$(gpg --batch --with-colons --show-keys "$tmp/key" | awk -F: \'$1 == "fpr" { print $10; exit }\')',
-            f'if [ "$fingerprint" != {NVIDIA_KEY_FINGERPRINT} ]; then',
-            f'  echo "{NVIDIA_KEY_URL}: key fingerprint $fingerprint, expected {NVIDIA_KEY_FINGERPRINT}: not installed" >&2',
+            'gpg --batch --quiet --import "$tmp/key" 2>/dev/null || true',
+            f"if ! gpg --batch --list-keys {NVIDIA_KEY_FINGERPRINT} >/dev/null 2>&1; then",
+            "  found=$(gpg --batch --with-colons --list-keys 2>/dev/null | awk -F: '$1 == \"fpr\" { print $10 }' | tr '\\n' ' ')",
+            f'  echo "{NVIDIA_KEY_URL}: no key {NVIDIA_KEY_FINGERPRINT} (the file holds: ${{found:-no key}}): not installed" >&2',
             "  exit 1",
             "fi",
-            'gpg --batch --yes --dearmor -o "$tmp/keyring.gpg" "$tmp/key"',
+            f'gpg --batch --export {NVIDIA_KEY_FINGERPRINT} > "$tmp/keyring.gpg"',
             f'install -m 644 "$tmp/keyring.gpg" {shell(NVIDIA_KEYRING)}',
         )
     )

@@ -11,6 +11,7 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
 command -v curl >/dev/null || need+=(curl)
 command -v shellcheck >/dev/null || need+=(shellcheck)  # the unit tests check every rendered script
+command -v gpg >/dev/null || need+=(gpg)  # tests/unit/test_prepare.py runs the NVIDIA key check with keys made here
 [ -x /usr/sbin/haproxy ] || need+=(haproxy)  # tests/front run the front (HAProxy) as the coordinator does
 command -v socat >/dev/null || need+=(socat)  # ... and reach its admin socket as front-drain.sh does
 command -v stunnel4 >/dev/null || need+=(stunnel4)  # tests/unit/test_tunnel.py runs the RPC tunnel as the hosts do

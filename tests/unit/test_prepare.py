@@ -4,12 +4,11 @@ not, toolkit present or not, Docker's daemon.json with or without the runtime), 
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
 
-from llama_rpc_deploy import systems
+from llama_rpc_deploy import gpus, systems
 from llama_rpc_deploy.refusal import Refusal
 
 from .test_wiring import COORDINATOR, WORKERS, over_ssh, prepare
@@ -171,6 +170,7 @@ def nvidia_steps(state) -> list[str]:
         ({}, []),  # toolkit installed, the runtime in daemon.json: nothing
         ({"DockerDaemonRuntimes": None}, [RUNTIME, RESTART]),  # no daemon.json
         ({"DockerDaemonRuntimes": ["runc"]}, [RUNTIME, RESTART]),  # a daemon.json without it
+        ({"DockerRuntimes": ["runc"]}, [RESTART]),  # in daemon.json, not in the running Docker: a run cut short
         ({"DebPackages": without_toolkit, "File": no_keyring}, [KEY, SOURCE, TOOLKIT]),
         (
             {"DebPackages": without_toolkit, "File": no_keyring, "DockerDaemonRuntimes": None},
@@ -178,10 +178,10 @@ def nvidia_steps(state) -> list[str]:
         ),
         ({"DebPackages": without_toolkit}, [SOURCE, TOOLKIT]),  # the key is there already: kept
     ],
-    ids=["prepared", "no-daemon-json", "daemon-json-without", "no-toolkit", "bare", "keyring-kept"],
+    ids=["prepared", "no-daemon-json", "daemon-json-without", "not-running", "no-toolkit", "bare", "keyring-kept"],
 )
 def test_nvidia_steps_follow_the_facts(tmp_path, monkeypatch, facts, steps):
-    answers = {"DockerDaemonRuntimes": ["nvidia"], **facts}
+    answers = {"DockerDaemonRuntimes": ["nvidia"], "DockerRuntimes": ["runc", "nvidia"], **facts}
     state = prepare(tmp_path, monkeypatch, {}, workers_data=CUDA, facts=with_facts(**answers))
     assert nvidia_steps(state) == steps
     assert not [n for h in (COORDINATOR, WORKERS[1]) for n in names_of(state, h) if "NVIDIA" in n or "nvidia" in n]
@@ -201,9 +201,9 @@ def test_the_toolkit_brings_gpg_for_its_key(tmp_path, monkeypatch):
         monkeypatch,
         {},
         workers_data=CUDA,
-        facts=with_facts(DebPackages=without_toolkit, DockerDaemonRuntimes=["nvidia"]),
+        facts=with_facts(DebPackages=without_toolkit, DockerDaemonRuntimes=["nvidia"], DockerRuntimes=["nvidia"]),
     )
-    assert any(n.endswith("iproute2, docker.io, gpg") for n in names_of(state, GPU_WORKER))
+    assert any(n.endswith("iproute2, ethtool, docker.io, gpg") for n in names_of(state, GPU_WORKER))
 
 
 def test_the_repository_line_is_signed_by_the_pinned_keyring():
@@ -214,53 +214,61 @@ def test_the_repository_line_is_signed_by_the_pinned_keyring():
     assert len(systems.NVIDIA_KEY_FINGERPRINT) == 40 and int(systems.NVIDIA_KEY_FINGERPRINT, 16)
 
 
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="needs shellcheck (apt-get install shellcheck)")
 @pytest.mark.parametrize("command", [systems.key_command(), systems.CONFIGURE_RUNTIME], ids=["key", "runtime"])
 def test_the_commands_pass_shellcheck(command):
     found = subprocess.run(["shellcheck", "-s", "bash", "-"], input=command, capture_output=True, text=True)
     assert found.returncode == 0, found.stdout
 
 
-@pytest.mark.skipif(shutil.which("gpg") is None, reason="needs gpg")
-def test_the_key_check_refuses_a_key_of_another_fingerprint(tmp_path):
-    """The key command on this machine with curl replaced by a copy of a key made here: its fingerprint is not the
-    pinned one, so nothing is installed and the line names both."""
+def test_the_key_check_installs_the_pinned_key_alone(tmp_path):
+    """The key command on this machine, curl replaced by a copy of a file of two keys made here. Pinned to neither:
+    nothing installed, the line names the pinned fingerprint and the file's. Pinned to the first: the keyring holds
+    that key alone (binary, as apt's signed-by takes it), not the other key that came with it."""
     home = tmp_path / "gnupg"
     home.mkdir(mode=0o700)
     env = {"GNUPGHOME": str(home), "PATH": "/usr/bin:/bin"}
-    subprocess.run(
-        ["gpg", "--batch", "--passphrase", "", "--quick-gen-key", "other <o@example.invalid>", "ed25519", "sign", "1d"],
-        env=env,
-        check=True,
-        capture_output=True,
+    for who in ("first", "second"):
+        subprocess.run(
+            ["gpg", "--batch", "--passphrase", "", "--quick-gen-key", f"{who} <{who}@example.invalid>", "ed25519"],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+    listed = subprocess.run(
+        ["gpg", "--with-colons", "--list-keys"], env=env, check=True, capture_output=True, text=True
     )
-    exported = subprocess.run(["gpg", "--armor", "--export"], env=env, check=True, capture_output=True).stdout
+    lines = listed.stdout.splitlines()
+    primaries = [lines[i + 1].split(":")[9] for i, line in enumerate(lines) if line.startswith("pub")]
+    (tmp_path / "key.asc").write_bytes(
+        subprocess.run(["gpg", "--armor", "--export"], env=env, check=True, capture_output=True).stdout
+    )
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (tmp_path / "key.asc").write_bytes(exported)
     (bin_dir / "curl").write_text(f'#!/bin/sh\nwhile [ "$1" != -o ]; do shift; done\ncp {tmp_path}/key.asc "$2"\n')
     (bin_dir / "curl").chmod(0o755)
     keyring = tmp_path / "keyring.gpg"
     command = systems.key_command().replace(systems.NVIDIA_KEYRING, str(keyring))
-    run = subprocess.run(
-        ["bash", "-c", command], env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True, text=True
-    )
-    assert run.returncode == 1
-    assert f"expected {systems.NVIDIA_KEY_FINGERPRINT}: not installed" in run.stderr
-    assert "key fingerprint " in run.stderr and not keyring.exists()
-    # the same key pinned: installed, dearmored (a binary keyring, not the armored text)
-    own = subprocess.run(
-        ["gpg", "--with-colons", "--list-keys"], env=env, check=True, capture_output=True, text=True
+
+    def run(pinned: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", "-c", command.replace(systems.NVIDIA_KEY_FINGERPRINT, pinned)],
+            env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+        )
+
+    refused = run(systems.NVIDIA_KEY_FINGERPRINT)
+    assert refused.returncode == 1 and not keyring.exists()
+    assert f"no key {systems.NVIDIA_KEY_FINGERPRINT} (the file holds: " in refused.stderr
+    assert all(p in refused.stderr for p in primaries) and "): not installed" in refused.stderr
+    installed = run(primaries[0])
+    assert installed.returncode == 0, installed.stderr
+    assert not keyring.read_bytes().startswith(b"-----BEGIN")
+    shown = subprocess.run(
+        ["gpg", "--with-colons", "--show-keys", str(keyring)], env=env, check=True, capture_output=True, text=True
     ).stdout
-    fingerprint = next(line.split(":")[9] for line in own.splitlines() if line.startswith("fpr"))
-    run = subprocess.run(
-        ["bash", "-c", command.replace(systems.NVIDIA_KEY_FINGERPRINT, fingerprint)],
-        env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-    )
-    assert run.returncode == 0, run.stderr
-    assert keyring.exists() and not keyring.read_bytes().startswith(b"-----BEGIN")
+    assert [line.split(":")[9] for line in shown.splitlines() if line.startswith("fpr")][:1] == primaries[:1]
+    assert primaries[1] not in shown and shown.count("\npub:") + shown.startswith("pub:") == 1
 
 
 def test_the_lab_host_image_has_every_base_package():
@@ -274,4 +282,62 @@ def test_the_lab_host_image_has_every_base_package():
         assert (
             f" {package} " in prepared.replace("\n", " ")
             and f" {package} " not in bare.split("apt-get install")[1].split("&&")[0] + " "
+        )
+
+
+# --- what the deploy reads before the phase installs it ---
+
+
+def test_a_vulkan_card_to_learn_without_vulkaninfo_yet_is_refused(tmp_path, monkeypatch):
+    """gpus unset on a vulkan host whose PCI bus shows an AMD card: the cards are learned while the deploy loads,
+    before vulkan-tools is installed, so the deploy says so instead of serving a CPU device."""
+    with pytest.raises(Refusal) as refusal:
+        prepare(
+            tmp_path,
+            monkeypatch,
+            {},
+            workers_data={GPU_WORKER: {"image_backend": "vulkan"}},
+            facts=with_facts(
+                DisplayVendors=["amd"], MissingCommands=lambda names=(): [n for n in names if n == "vulkaninfo"]
+            ),
+        )
+    line = refusal.value.format_message()
+    assert line.startswith(f"{GPU_WORKER}: gpus is not set and an AMD or Intel card is on its PCI bus, but vulkaninfo")
+    assert "expected gpus listed" in line
+
+
+def test_sleep_on_a_worker_without_ip_yet_is_refused_with_what_to_do(tmp_path, monkeypatch):
+    """sleep_idle_seconds on a bare worker: its NIC is read before the phase installs iproute2 and ethtool."""
+    from .test_wiring import SLEEPY
+
+    with pytest.raises(Refusal) as refusal:
+        prepare(
+            tmp_path,
+            monkeypatch,
+            {},
+            extra=SLEEPY,
+            facts=with_facts(MissingCommands=lambda names=(): [n for n in names if n in ("ip", "ethtool", "docker")]),
+        )
+    assert refusal.value.format_message() == (
+        f"{GPU_WORKER}: sleep_idle_seconds is set, and the worker's NIC is read before the deploy changes anything, "
+        "but ip and ethtool are not installed yet: expected one deploy without sleep_idle_seconds first (its "
+        "prepare phase installs them), or apt-get install iproute2 ethtool"
+    )
+
+
+def test_a_cuda_host_the_phase_does_not_set_up_still_needs_dockers_runtime(tmp_path, monkeypatch):
+    """Cards listed on a cuda host whose PCI bus shows none (a VM, WSL): the phase sets up nothing NVIDIA there, so
+    the check of Docker's nvidia runtime still stands. gpus listed makes it an NVIDIA host: not this case; gpus unset
+    and nvidia-smi answering (learned) is."""
+    with pytest.raises(Refusal, match="but Docker has no nvidia runtime"):
+        prepare(
+            tmp_path,
+            monkeypatch,
+            {},
+            workers_data={GPU_WORKER: {"image_backend": "cuda"}},
+            facts=with_facts(
+                DisplayVendors=[],
+                DockerRuntimes=["runc"],
+                NvidiaGpus=gpus.parse_nvidia_smi(["NVIDIA GeForce RTX 4080, 16376, 8.9"]),
+            ),
         )
