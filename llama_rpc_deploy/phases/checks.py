@@ -78,7 +78,7 @@ def host_is_ready(run: Run) -> None:
         if me.gpus_from == "settings"
         else f"gpus not set and {LEARN_FROM.get(me.backend)} lists {', '.join(g.name for g in me.gpus)}"
     )
-    prepared = prepare.is_prepared(me)  # it set up Docker's nvidia runtime, or refused a host without a driver
+    prepared = prepare.sets_up(me) == "nvidia"  # it sets up Docker's nvidia runtime, or refused a host without a driver
     if me.gpus and me.backend == "cuda" and not prepared and "nvidia" not in host.get_fact(facts.DockerRuntimes):
         refuse(
             f"{host.name}: image_backend = 'cuda' ({me.origins['image_backend']}) and {listed} but Docker has no "

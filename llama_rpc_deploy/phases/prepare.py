@@ -43,6 +43,12 @@ def is_prepared(me) -> bool:
     return bool(me.settings["host_prepare"])
 
 
+def sets_up(me) -> str | None:
+    """The cards ('nvidia', 'vulkan') the prepare phase sets up on this host (its driver checked, the toolkit and
+    Docker's runtime, or Mesa's drivers); None when it does not run here or the host has none."""
+    return cards(me, host.get_fact(systems.DisplayVendors)) if is_prepared(me) else None
+
+
 def lacks(me, names: tuple[str, ...]) -> list[str]:
     """Which of the commands names the host lacks once this phase has run: those it neither has nor gets here."""
     missing = host.get_fact(facts.MissingCommands, names=names) or []
@@ -58,7 +64,15 @@ def prepare_host(run: Run):
         system = systems.system_of(host.get_fact(systems.OsRelease), host.name)
     except systems.Unsupported as error:
         refuse(str(error))
-    kind = cards(me, host.get_fact(systems.DisplayVendors))
+    kind = sets_up(me)
+    if kind == "vulkan" and me.settings["gpus"] is None and host.get_fact(facts.MissingCommands, names=("vulkaninfo",)):
+        # the cards are learned while the deploy loads, before this phase installs vulkan-tools
+        refuse(
+            f"{host.name}: gpus is not set and an AMD or Intel card is on its PCI bus, but vulkaninfo is not installed "
+            "yet: the deploy learns the cards before it installs anything: expected gpus listed (e.g. gpus = "
+            "['RX 7900 XTX']), or vulkan-tools installed first (apt-get install vulkan-tools; llama-rpc probe then "
+            "prints the line)"
+        )
     if kind == "nvidia" and not host.get_fact(systems.NvidiaDriver):
         refuse(
             f"{host.name}: image_backend = 'cuda' ({me.origins['image_backend']}) with NVIDIA cards, but nvidia-smi "
@@ -95,8 +109,11 @@ def prepare_host(run: Run):
             mode="644",
         )
         debian_packages("The NVIDIA Container Toolkit", (systems.NVIDIA_TOOLKIT,))
-    if "nvidia" not in (host.get_fact(systems.DockerDaemonRuntimes) or []):
+    configured = "nvidia" in (host.get_fact(systems.DockerDaemonRuntimes) or [])
+    if not configured:
         server.shell(name="Docker's nvidia runtime", commands=[systems.CONFIGURE_RUNTIME])
+    # also when daemon.json has it but the running Docker does not (a run that stopped before this restart)
+    if not configured or "nvidia" not in (host.get_fact(facts.DockerRuntimes) or []):
         systemd.service(
             name="Docker restarted onto its new configuration", service="docker", running=True, restarted=True
         )

@@ -41,6 +41,14 @@ def can_sleep(run: Run) -> None:
                 "python3 or ssh is missing there: llama-sleep.py needs both (apt-get install python3 openssh-client)"
             )
         return
+    tools = ("ip", "ethtool") if me.settings["wol_check_nic"] else ("ip",)
+    absent = host.get_fact(facts.MissingCommands, names=tools)
+    if absent and prepare.is_prepared(me):  # the NIC is read now, before the prepare phase installs them
+        refuse(
+            f"{host.name}: sleep_idle_seconds is set, and the worker's NIC is read before the deploy changes anything, "
+            f"but {' and '.join(absent)} {'is' if len(absent) == 1 else 'are'} not installed yet: expected one deploy "
+            "without sleep_idle_seconds first (its prepare phase installs them), or apt-get install iproute2 ethtool"
+        )
     found = nic(cluster, me)
     problem = sleep.nic_problem(me, found)
     if problem:

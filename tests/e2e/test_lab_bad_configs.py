@@ -102,17 +102,22 @@ HOST_CASES = [
         (f"port {TAKEN_PORT} is taken by systemd-socket-: expected it free for rpc-server (change rpc_port)",),
     ),
     Bad(
-        "gpu-host-without-nvidia-runtime",
-        on_coordinator('{"image_backend": "cuda", "gpus": ["RTX 4080"], "llama_tensor_split": None}'),
+        "gpu-host-without-nvidia-runtime",  # a host its user prepares (host_prepare False): checked only
+        on_coordinator(
+            '{"image_backend": "cuda", "gpus": ["RTX 4080"], "llama_tensor_split": None, "host_prepare": False}'
+        ),
         (
             "image_backend = 'cuda' ({c}) and gpus = ['RTX 4080'] ({c}) but Docker has no nvidia runtime: expected the "
             "NVIDIA Container Toolkit",
         ),
     ),
     Bad(
-        "cuda-worker-without-nvidia-runtime",
+        "cuda-worker-without-nvidia-driver",  # the prepare phase would set up the toolkit, but needs the driver
         on_worker('{"image_backend": "cuda", "gpus": ["RTX 4080"]}'),
-        ("image_backend = 'cuda' ({w}) and gpus = ['RTX 4080'] ({w}) but Docker has no nvidia runtime",),
+        (
+            "image_backend = 'cuda' ({w}) with NVIDIA cards, but nvidia-smi does not answer: the NVIDIA driver is "
+            "missing (the deploy does not install drivers): on Debian 12, apt-get install nvidia-driver",
+        ),
     ),
     Bad(
         "vulkan-worker-without-a-vulkan-device",

@@ -149,8 +149,8 @@ def test_a_command_the_prepare_phase_installs_is_not_refused(tmp_path, monkeypat
     first = {state.inventory.get_host(h).op_hash_order[0] for h in (COORDINATOR, *WORKERS)}
     assert len(first) == 1  # the same operation first on every host: the packages (each host's own list)
     assert {n.rsplit(": ", 1)[1] for n in state.op_meta[first.pop()].names} == {
-        "zstd, iptables, python3, ca-certificates, curl, iproute2, docker.io",  # the host without Docker
-        "zstd, iptables, python3, ca-certificates, curl, iproute2",  # docker-ce's hosts
+        "zstd, iptables, python3, ca-certificates, curl, iproute2, ethtool, docker.io",  # the host without Docker
+        "zstd, iptables, python3, ca-certificates, curl, iproute2, ethtool",  # docker-ce's hosts
     }
 
 
