@@ -500,6 +500,15 @@ def command(args) -> int:
     if args.png and not can_plot():
         print(f"error: {PLOT_HINT}", file=sys.stderr)
         return 2
+    unlearned = offline_cluster(args.inventory, overrides=data_overrides(args.data)).unlearned
+    if unlearned:  # tune renders the launch script from the inventory alone, and compares it with the deployed one
+        print(
+            f"error: tune: gpus is not set for {', '.join(h.name for h in unlearned)}: tune renders llama-server's "
+            f"launch script from the inventory alone: expected gpus listed (llama-rpc probe -i {args.inventory} "
+            "prints the lines to paste)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         report = run(
             args.inventory,

@@ -65,3 +65,15 @@ def test_the_deploy_still_refuses_the_placeholder_and_the_example_addresses(chec
         offline_cluster(checkout)
     with pytest.raises(SettingsError, match="example addresses"):
         offline_cluster(gpus_inventory(["RTX 4080", "RTX 4080"], tmp_path), overrides={"llama_model_path": "/m/x.gguf"})
+
+
+def test_tune_refuses_hosts_whose_cards_are_not_listed_yet(checkout, tmp_path, capsys):
+    """tune renders llama-server's launch script from the inventory alone (and compares it with the deployed one):
+    a host whose gpus are learned by the deploy would render another script; it says so before measuring."""
+    inventory = tmp_path / "inventory.py"
+    text = checkout.read_text().replace('"gpus": ["RTX 5060 Ti 16GB"]', '"image_backend": "cuda"')
+    inventory.write_text(text.replace("192.0.2.", "10.9.9."))  # not the example addresses, which it refuses
+    assert main(["tune", "-i", str(inventory), "--data", "llama_model_path=/models/m.gguf"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: tune: gpus is not set for 10.9.9.20: tune renders llama-server's launch script")
+    assert f"llama-rpc probe -i {inventory}" in err
