@@ -79,7 +79,7 @@ def report(results: list[dict]) -> str:
     lines += [
         "",
         "The bare phase's time is mostly apt: the package lists and Debian's packages (Docker Engine and its "
-        "dependencies, about 100 MB) from deb.debian.org through this machine's link, then Docker's first start. "
+        "dependencies) from deb.debian.org through this machine's link, then Docker's first start. "
         "On a prepared host the phase reads its facts (os-release, the display controllers, dpkg's list, the "
         "docker command, systemd's units) and changes nothing.",
         "",
