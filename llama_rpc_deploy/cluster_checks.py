@@ -479,7 +479,7 @@ def with_learned(cluster: Cluster, found: dict, inventory_file: str = "inventory
     learned = {
         h.name: replace(
             h,
-            gpus=tuple(gpus.learned(f) for f in found.get(h.name, [])),
+            gpus=tuple(gpus.learned(f) for f in found.get(h.name) or []),
             gpus_from="host",
             software_vulkan=h.software_vulkan and not found.get(h.name),
         )

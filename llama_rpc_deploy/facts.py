@@ -135,6 +135,10 @@ class NvidiaGpus(FactBase):
     """The host's NVIDIA GPUs as nvidia-smi lists them: [gpus.Found] (name, memory in MiB, compute capability);
     [] without nvidia-smi."""
 
+    @staticmethod
+    def default() -> list:  # no output at all (no tool, no card): none, not None
+        return []
+
     def command(self) -> str:
         return f"command -v nvidia-smi >/dev/null && {gpus.nvidia_smi_query()} 2>/dev/null || true"
 
@@ -173,6 +177,10 @@ class WakeNic(FactBase):
 class VulkanGpus(FactBase):
     """The host's AMD and Intel (or other) GPUs as `vulkaninfo --summary` lists them: [gpus.Found] (its device name,
     no memory; gpus.parse_vulkaninfo says which devices count); [] without vulkaninfo."""
+
+    @staticmethod
+    def default() -> list:  # no output at all (no tool, no card): none, not None
+        return []
 
     def command(self) -> str:
         return "command -v vulkaninfo >/dev/null && vulkaninfo --summary 2>/dev/null || true"

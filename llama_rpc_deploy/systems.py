@@ -114,6 +114,10 @@ CONFIGURE_RUNTIME = "nvidia-ctk runtime configure --runtime=docker"
 class OsRelease(FactBase):
     """/etc/os-release as a dict (ID, VERSION_ID, PRETTY_NAME, ...); {} without one."""
 
+    @staticmethod
+    def default() -> dict[str, str]:  # what pyinfra gives for no output at all
+        return {}
+
     def command(self) -> str:
         return "cat /etc/os-release 2>/dev/null || cat /usr/lib/os-release 2>/dev/null || true"
 
@@ -128,6 +132,10 @@ class OsRelease(FactBase):
 
 class DisplayVendors(FactBase):
     """The vendors (nvidia, amd, intel, or the PCI ID) of the host's display controllers, driver or not."""
+
+    @staticmethod
+    def default() -> list[str]:  # what pyinfra gives for no output at all (no display controller), not None
+        return []
 
     def command(self) -> str:
         return (

@@ -102,6 +102,8 @@ def test_os_release_is_read_as_the_file_says():
 
 def test_display_controllers_by_vendor():
     assert systems.DisplayVendors().process(["0x10de", "0x10de", "0x1002", "0x1a03"]) == ["0x1a03", "amd", "nvidia"]
+    # no output at all (no display controller, the lab): pyinfra answers default(), not process([])
+    assert systems.DisplayVendors.default() == [] and systems.OsRelease.default() == {}
 
 
 def test_daemon_json_runtimes():
@@ -341,3 +343,12 @@ def test_a_cuda_host_the_phase_does_not_set_up_still_needs_dockers_runtime(tmp_p
                 NvidiaGpus=gpus.parse_nvidia_smi(["NVIDIA GeForce RTX 4080, 16376, 8.9"]),
             ),
         )
+
+
+def test_facts_with_no_output_are_empty_not_none():
+    """pyinfra answers a fact's default() when its command prints nothing (no tool, no card): the lists the deploy
+    iterates must be empty then (a cuda host without nvidia-smi learned None, and the deploy crashed)."""
+    from llama_rpc_deploy import facts
+
+    for fact in (facts.NvidiaGpus, facts.VulkanGpus, systems.DisplayVendors):
+        assert fact.default() == [], fact.__name__
